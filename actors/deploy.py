@@ -1,0 +1,63 @@
+"""Creating, finding and removing a namespace's actors (named, detached, in the "ray_broker" Ray namespace)."""
+from __future__ import annotations
+
+from typing import Any
+
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from ray_broker.config import RAY_NAMESPACE, NamespaceConfig
+
+from .partition_actor import PartitionActor
+
+
+def _placement(config: NamespaceConfig) -> dict[str, Any]:
+    if config.node_id is None:
+        return {}
+    return {"scheduling_strategy": NodeAffinitySchedulingStrategy(node_id=config.node_id, soft=False)}
+
+
+def partition_actor(config: NamespaceConfig, index: int) -> Any:
+    """Get partition `index`, creating it (from its store) if it does not exist."""
+    return PartitionActor.options(
+        name=config.partition_name(index), namespace=RAY_NAMESPACE, lifetime="detached", get_if_exists=True,
+        max_restarts=-1, max_task_retries=0, num_cpus=0, max_concurrency=1000, **_placement(config),
+    ).remote(config.name, index, config.partition_count, config.data_dir, config.durability)
+
+
+def gateway_actor(config: NamespaceConfig, index: int) -> Any:
+    """Get gateway `index`, creating it if it does not exist."""
+    from .gateway_actor import GatewayActor
+
+    return GatewayActor.options(
+        name=config.gateway_name(index), namespace=RAY_NAMESPACE, lifetime="detached", get_if_exists=True,
+        max_restarts=-1, max_task_retries=0, num_cpus=0, max_concurrency=10000,
+    ).remote(config.to_dict())
+
+
+def find_actor(name: str) -> Any | None:
+    """A named actor of the broker, or None if there is none."""
+    try:
+        return ray.get_actor(name, namespace=RAY_NAMESPACE)
+    except ValueError:
+        return None
+
+
+def deploy(config: NamespaceConfig, timeout: float = 120.0) -> None:
+    """Create every partition and gateway of a namespace and wait until all answer."""
+    handles = [partition_actor(config, k) for k in range(config.partition_count)]
+    gateways = [gateway_actor(config, i) for i in range(config.gateways)]
+    ray.get([h.pid.remote() for h in handles] + [g.pid.remote() for g in gateways], timeout=timeout)
+
+
+def teardown(name: str, partition_count: int | None, gateways: int | None) -> None:
+    """Kill a namespace's actors (without restart); their stores stay on disk."""
+    for prefix, count in ((f"{name}.gateway.", gateways), (f"{name}.partition.", partition_count)):
+        index = 0
+        while count is None or index < count:
+            handle = find_actor(f"{prefix}{index}")
+            if handle is None and count is None:
+                break
+            if handle is not None:
+                ray.kill(handle, no_restart=True)
+            index += 1

@@ -1,0 +1,1 @@
+"""The synchronous client: namespace handles, senders and receivers."""

@@ -1,0 +1,272 @@
+"""Client logic shared by the sync and async clients: everything that is not I/O.
+
+Validation of arguments, sub-queue paths, envelopes and batch sizes, settlement requests and the
+mapping of their results to errors, and how failed gateway calls are classified for retry.
+"""
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Iterable
+
+from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError, RayTaskError
+
+from ..clock import to_datetime, to_epoch
+from ..engine.partition import DEAD_LETTER, MAIN, TRANSFER_DEAD_LETTER
+from ..entities import check_entity_name
+from ..errors import (
+    InvalidArgumentError,
+    InvalidOperationError,
+    MessageAlreadySettled,
+    MessageSizeExceededError,
+    unwrap_remote_error,
+)
+from ..message import Message, ReceivedMessage
+from ..sku import Sku
+
+DEFAULT_MAX_WAIT_S = 60.0
+DEFAULT_TIMEOUT_S = 60.0
+MAX_RECEIVE_COUNT = 10_000
+CALL_GRACE_S = 30.0
+"""Extra time a client allows a gateway call beyond the operation's own timeout."""
+
+
+class ReceiveMode(str, enum.Enum):
+    """How a receiver takes messages."""
+
+    PEEK_LOCK = "peek_lock"
+    RECEIVE_AND_DELETE = "receive_and_delete"
+
+
+class SubQueue(str, enum.Enum):
+    """The sub-queues of a queue or subscription."""
+
+    DEAD_LETTER = "deadletter"
+    TRANSFER_DEAD_LETTER = "transferdeadletter"
+
+
+class SessionFilter(enum.Enum):
+    """Session choices that are not a session id."""
+
+    NEXT_AVAILABLE = 0
+
+
+NEXT_AVAILABLE_SESSION = SessionFilter.NEXT_AVAILABLE
+_SUBQ_NUMBERS = {None: MAIN, SubQueue.DEAD_LETTER: DEAD_LETTER, SubQueue.TRANSFER_DEAD_LETTER: TRANSFER_DEAD_LETTER}
+_PATH_SUFFIXES = (("/$transfer/$deadletterqueue", SubQueue.TRANSFER_DEAD_LETTER),
+                  ("/$deadletterqueue", SubQueue.DEAD_LETTER))
+
+
+@dataclass(frozen=True)
+class ReceiveTarget:
+    """What a receiver reads: entity, sub-queue, mode, session choice and waiting defaults."""
+
+    entity: str
+    subq: int
+    mode: ReceiveMode
+    session_id: str | SessionFilter | None
+    prefetch_count: int
+    max_wait_time: float
+
+
+def receive_target(entity: str, *, receive_mode: Any, sub_queue: Any, session_id: Any, prefetch_count: Any,
+                   max_wait_time: Any) -> ReceiveTarget:
+    """Validate receiver arguments (sub-queue paths included) into a `ReceiveTarget`."""
+    if not isinstance(entity, str):
+        raise InvalidArgumentError(f"entity name must be a str, not {type(entity).__name__}")
+    lowered = entity.lower()
+    for suffix, queue in _PATH_SUFFIXES:
+        if lowered.endswith(suffix):
+            if sub_queue not in (None, queue):
+                raise InvalidArgumentError(f"path {entity!r} names {queue.name}; do not also pass sub_queue={sub_queue!r}")
+            entity, sub_queue = entity[: -len(suffix)], queue
+            break
+    check_entity_name(entity, "entity")
+    try:
+        mode = ReceiveMode(receive_mode)
+    except ValueError:
+        raise InvalidArgumentError(f"receive_mode must be a ReceiveMode, got {receive_mode!r}") from None
+    if sub_queue is not None:
+        try:
+            sub_queue = SubQueue(sub_queue)
+        except ValueError:
+            raise InvalidArgumentError(f"sub_queue must be a SubQueue, got {sub_queue!r}") from None
+    if session_id is not None:
+        if sub_queue is not None:
+            raise InvalidOperationError("dead-letter sub-queues have no sessions; open them without session_id")
+        if session_id is not NEXT_AVAILABLE_SESSION:
+            if not isinstance(session_id, str) or not 0 < len(session_id) <= 128:
+                raise InvalidArgumentError(
+                    f"session_id must be a non-empty str of at most 128 characters or NEXT_AVAILABLE_SESSION, got {session_id!r}")
+    if isinstance(prefetch_count, bool) or not isinstance(prefetch_count, int) or not 0 <= prefetch_count <= MAX_RECEIVE_COUNT:
+        raise InvalidArgumentError(f"prefetch_count must be an int from 0 to {MAX_RECEIVE_COUNT}, got {prefetch_count!r}")
+    return ReceiveTarget(entity, _SUBQ_NUMBERS[sub_queue], mode, session_id, prefetch_count,
+                         wait_seconds(max_wait_time, DEFAULT_MAX_WAIT_S))
+
+
+def wait_seconds(value: Any, default: float) -> float:
+    """A waiting time in seconds: None means `default`; negative, NaN or non-numbers are errors."""
+    if value is None:
+        return default
+    seconds = value.total_seconds() if hasattr(value, "total_seconds") else value
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds) or seconds < 0:
+        raise InvalidArgumentError(f"a waiting time must be a non-negative number of seconds, got {value!r}")
+    return float(seconds)
+
+
+def check_count(value: Any, name: str = "max_message_count") -> int:
+    """A message count from 1 to MAX_RECEIVE_COUNT."""
+    if value is None:
+        return 1
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_RECEIVE_COUNT:
+        raise InvalidArgumentError(f"{name} must be an int from 1 to {MAX_RECEIVE_COUNT}, got {value!r}")
+    return value
+
+
+class MessageBatch:
+    """Messages sent together in one call, bounded by the tier's batch size."""
+
+    def __init__(self, max_size_in_bytes: int) -> None:
+        self.max_size_in_bytes = max_size_in_bytes
+        self.size_in_bytes = 0
+        self._envelopes: list[dict[str, Any]] = []
+
+    def add_message(self, message: Message) -> None:
+        """Add a message; `MessageSizeExceededError` if it does not fit (the batch is unchanged)."""
+        envelope = to_envelope(message)
+        if self.size_in_bytes + envelope["size"] > self.max_size_in_bytes:
+            raise MessageSizeExceededError(
+                f"the batch holds {self.size_in_bytes} of {self.max_size_in_bytes} bytes and this message needs "
+                f"{envelope['size']}: send this batch and start a new one")
+        self._envelopes.append(envelope)
+        self.size_in_bytes += envelope["size"]
+
+    def __len__(self) -> int:
+        return len(self._envelopes)
+
+    @property
+    def envelopes(self) -> list[dict[str, Any]]:
+        """The encoded messages."""
+        return list(self._envelopes)
+
+
+def new_batch(sku: Sku, max_size_in_bytes: int | None) -> MessageBatch:
+    """A batch no larger than the tier allows."""
+    if max_size_in_bytes is None:
+        return MessageBatch(sku.max_message_bytes)
+    if isinstance(max_size_in_bytes, bool) or not isinstance(max_size_in_bytes, int) or not 0 < max_size_in_bytes <= sku.max_message_bytes:
+        raise InvalidArgumentError(
+            f"max_size_in_bytes must be from 1 to {sku.max_message_bytes} on the {sku.name} tier, got {max_size_in_bytes!r}")
+    return MessageBatch(max_size_in_bytes)
+
+
+def to_envelope(message: Any) -> dict[str, Any]:
+    """The envelope of one `Message`; anything else is a TypeError."""
+    if not isinstance(message, Message):
+        raise TypeError(f"expected a ray_broker.Message, got {type(message).__name__}")
+    return message.to_envelope()
+
+
+def envelopes_for_send(sku: Sku, messages: Any, *, schedule_at: datetime | None = None) -> list[dict[str, Any]]:
+    """Envelopes of a message, a list of messages or a batch, checked against the tier's size limit."""
+    if isinstance(messages, MessageBatch):
+        envelopes = messages.envelopes
+    elif isinstance(messages, Message):
+        envelopes = [to_envelope(messages)]
+    elif isinstance(messages, Iterable) and not isinstance(messages, (str, bytes, dict)):
+        envelopes = [to_envelope(m) for m in messages]
+    else:
+        raise TypeError(f"expected a Message, a list of Messages or a MessageBatch, got {type(messages).__name__}")
+    limit = sku.max_message_bytes
+    for env in envelopes:
+        if env["size"] > limit:
+            raise MessageSizeExceededError(
+                f"a message is {env['size']} bytes; the {sku.name} tier allows {limit} bytes per message: "
+                "make it smaller (for example, store large content elsewhere and send a reference)")
+    total = sum(e["size"] for e in envelopes)
+    if total > limit:
+        raise MessageSizeExceededError(
+            f"the messages total {total} bytes; the {sku.name} tier allows {limit} bytes per batch: "
+            "send them in smaller batches (create_message_batch() packs them for you)")
+    if schedule_at is not None:
+        if not isinstance(schedule_at, datetime):
+            raise TypeError("schedule_time_utc must be a datetime")
+        when = to_epoch(schedule_at)
+        envelopes = [dict(e, scheduled=when) for e in envelopes]
+    return envelopes
+
+
+def settlement_op(message: Any, action: str, receiver_key: str, closed: bool,
+                  reason: Any = None, description: Any = None) -> list[Any]:
+    """Check that `message` may be settled by this receiver and build the request for it."""
+    if closed:
+        raise InvalidOperationError("the receiver is closed; settle messages before closing it")
+    if not isinstance(message, ReceivedMessage):
+        raise TypeError(f"expected a ReceivedMessage, got {type(message).__name__}")
+    if message._settled:
+        raise MessageAlreadySettled(
+            f"message {message.sequence_number} was already settled or was received in RECEIVE_AND_DELETE mode")
+    if message._receiver_key != receiver_key:
+        raise InvalidOperationError(
+            f"message {message.sequence_number} was received by another receiver; settle it with the receiver "
+            "that received it (its lock token is not this receiver's)")
+    for name, value in (("reason", reason), ("error_description", description)):
+        if value is not None and not isinstance(value, str):
+            raise TypeError(f"{name} must be a str or None")
+    assert message.lock_token is not None
+    return [action, message.sequence_number, message.lock_token.bytes, reason, description]
+
+
+def apply_settlement(message: ReceivedMessage, action: str, result: Any) -> datetime | None:
+    """Raise the error a settlement met, or mark the message settled (renew: return the new expiry)."""
+    if isinstance(result, BaseException):
+        raise result
+    if action == "renew":
+        message.locked_until_utc = to_datetime(result)
+        return message.locked_until_utc
+    message._settled = True
+    return None
+
+
+def sequence_list(sequence_numbers: Any) -> list[int]:
+    """One sequence number or a list of them, as a list of ints."""
+    items = [sequence_numbers] if isinstance(sequence_numbers, int) else list(sequence_numbers)
+    for seq in items:
+        if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
+            raise InvalidArgumentError(f"sequence numbers must be non-negative ints, got {seq!r}")
+    return items
+
+
+def session_state_bytes(state: Any, sku: Sku) -> bytes | None:
+    """Session state as bytes (str is encoded UTF-8), at most one message in size."""
+    if state is None:
+        return None
+    if isinstance(state, str):
+        state = state.encode("utf-8")
+    if not isinstance(state, (bytes, bytearray, memoryview)):
+        raise TypeError("session state must be bytes, str or None")
+    data = bytes(state)
+    if len(data) > sku.max_message_bytes:
+        raise MessageSizeExceededError(f"session state is {len(data)} bytes; at most {sku.max_message_bytes} are allowed")
+    return data
+
+
+class RetryAction(enum.Enum):
+    """What a client does after a failed gateway call."""
+
+    RAISE = 0
+    RECREATE = 1
+    BACKOFF = 2
+
+
+def classify_gateway_failure(exc: BaseException) -> tuple[RetryAction, BaseException]:
+    """Decide how to handle an exception from a gateway call; returns the action and the error to raise."""
+    if isinstance(exc, RayTaskError):
+        return RetryAction.RAISE, unwrap_remote_error(exc)
+    if isinstance(exc, ActorDiedError):
+        return RetryAction.RECREATE, exc
+    if isinstance(exc, (ActorUnavailableError, RayActorError)):
+        return RetryAction.BACKOFF, exc
+    return RetryAction.RAISE, exc

@@ -1,0 +1,202 @@
+"""Receivers: receive, settle, defer, peek, and sessions."""
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Iterator
+
+from ..clock import to_datetime
+from ..errors import InvalidOperationError
+from ..message import ReceivedMessage
+from .core import (
+    NEXT_AVAILABLE_SESSION,
+    ReceiveMode,
+    ReceiveTarget,
+    apply_settlement,
+    check_count,
+    sequence_list,
+    session_state_bytes,
+    settlement_op,
+    wait_seconds,
+)
+
+if TYPE_CHECKING:
+    from .namespace import Namespace
+
+_OP_TIMEOUT_S = 60.0
+
+
+class ReceiverSession:
+    """The session a session receiver holds: its id, lock expiry and state."""
+
+    def __init__(self, receiver: Receiver, lock: dict[str, Any]) -> None:
+        self._receiver = receiver
+        self._lock = lock
+        self.session_id: str = lock["session_id"]
+        self.locked_until_utc: datetime | None = to_datetime(lock["locked_until"])
+
+    def _call(self, operation: str, *args: Any) -> Any:
+        self._receiver._check_open()
+        return self._receiver._ns._link.call(
+            "session_call", self._receiver._target.entity, self._lock, operation, *args, timeout=_OP_TIMEOUT_S)
+
+    def get_state(self) -> bytes | None:
+        """The session's state (None if it was never set)."""
+        return self._call("get_session_state")  # type: ignore[no-any-return]
+
+    def set_state(self, state: bytes | str | None) -> None:
+        """Replace the session's state; None clears it."""
+        self._call("set_session_state", session_state_bytes(state, self._receiver._ns.sku))
+
+    def renew_lock(self) -> datetime:
+        """Extend the session lock (and the locks of its messages) by the entity's lock duration."""
+        until = to_datetime(self._call("renew_session"))
+        assert until is not None
+        self.locked_until_utc = until
+        self._lock["locked_until"] = until.timestamp()
+        return until
+
+
+class Receiver:
+    """Receives from one queue, subscription or dead-letter sub-queue; unaware of partitions."""
+
+    def __init__(self, namespace: Namespace, target: ReceiveTarget) -> None:
+        self._ns = namespace
+        self._target = target
+        self._key = uuid.uuid4().hex
+        self._closed = False
+        self._session: ReceiverSession | None = None
+        self._peek_from = 0
+        self.entity_path = target.entity
+        self.receive_mode = target.mode
+        self.max_wait_time = target.max_wait_time
+
+    # ------------------------------------------------------------------ lifetime
+
+    def __enter__(self) -> Receiver:
+        self._open()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise InvalidOperationError(f"the receiver for {self._target.entity!r} is closed; create a new one")
+
+    def _open(self) -> None:
+        """Lock the session of a session receiver (once)."""
+        self._check_open()
+        target = self._target
+        if target.session_id is None or self._session is not None:
+            return
+        wanted = None if target.session_id is NEXT_AVAILABLE_SESSION else target.session_id
+        lock = self._ns._link.call("accept_session", target.entity, wanted, target.max_wait_time,
+                                   timeout=target.max_wait_time)
+        self._session = ReceiverSession(self, lock)
+
+    def close(self) -> None:
+        """Release messages held but never handed out (no delivery counted) and the session lock."""
+        if self._closed:
+            return
+        self._closed = True
+        self._ns._link.call("close_receiver", self._key, timeout=_OP_TIMEOUT_S)
+        if self._session is not None:
+            self._ns._link.call("session_call", self._target.entity, self._session._lock, "release_session",
+                                timeout=_OP_TIMEOUT_S)
+
+    @property
+    def session(self) -> ReceiverSession | None:
+        """The held session (session receivers), else None."""
+        if self._target.session_id is not None:
+            self._open()
+        return self._session
+
+    def _session_lock(self) -> dict[str, Any] | None:
+        self._open()
+        return None if self._session is None else self._session._lock
+
+    # ------------------------------------------------------------------ receiving
+
+    def receive_messages(self, max_message_count: int | None = 1, max_wait_time: float | None = None) -> list[ReceivedMessage]:
+        """Up to `max_message_count` messages, waiting up to `max_wait_time` seconds for the first."""
+        count = check_count(max_message_count)
+        wait = wait_seconds(max_wait_time, self._target.max_wait_time)
+        session = self._session_lock()
+        target = self._target
+        records = self._ns._link.call("receive", self._key, target.entity, target.subq, target.mode.value, session,
+                                      count, wait, target.prefetch_count, timeout=wait)
+        return [ReceivedMessage(r, receiver_key=self._key) for r in records]
+
+    def __iter__(self) -> Iterator[ReceivedMessage]:
+        """Messages one by one; stops after `max_wait_time` without a message."""
+        while True:
+            batch = self.receive_messages(max(1, self._target.prefetch_count))
+            if not batch:
+                return
+            yield from batch
+
+    def receive_deferred_messages(self, sequence_numbers: int | list[int]) -> list[ReceivedMessage]:
+        """Receive deferred messages by their sequence numbers."""
+        self._check_open()
+        seqs = sequence_list(sequence_numbers)
+        if not seqs:
+            return []
+        target = self._target
+        records = self._ns._link.call("receive_deferred", target.entity, target.subq, target.mode.value,
+                                      self._session_lock(), seqs, _OP_TIMEOUT_S, timeout=_OP_TIMEOUT_S)
+        return [ReceivedMessage(r, receiver_key=self._key) for r in records]
+
+    def peek_messages(self, max_message_count: int = 1, *, sequence_number: int = 0) -> list[ReceivedMessage]:
+        """Browse messages without locking them, in sequence-number order (across partitions in index order).
+
+        With `sequence_number=0` browsing continues after the last message this receiver peeked.
+        """
+        self._check_open()
+        count = check_count(max_message_count)
+        start = sequence_list(sequence_number)[0] or self._peek_from
+        records = self._ns._link.call("peek", self._target.entity, self._target.subq, self._session_lock(),
+                                      start, count, timeout=_OP_TIMEOUT_S)
+        messages = [ReceivedMessage(r, peeked=True) for r in records]
+        if messages:
+            self._peek_from = messages[-1].sequence_number + 1
+        return messages
+
+    # ------------------------------------------------------------------ settling
+
+    def _settle(self, message: ReceivedMessage, action: str, reason: Any = None, description: Any = None) -> Any:
+        op = settlement_op(message, action, self._key, self._closed, reason, description)
+        results = self._ns._link.call("settle", self._target.entity, self._target.subq, self._session_lock(), [op],
+                                      _OP_TIMEOUT_S, timeout=_OP_TIMEOUT_S)
+        return apply_settlement(message, action, results[0])
+
+    def complete_message(self, message: ReceivedMessage, *, transaction: Any = None) -> None:
+        """Remove the message from the entity."""
+        if transaction is not None:
+            raise InvalidOperationError("transactions are not available in this version; complete without transaction=")
+        self._settle(message, "complete")
+
+    def abandon_message(self, message: ReceivedMessage) -> None:
+        """Release the lock at once; the message can be received again (its delivery counted)."""
+        self._settle(message, "abandon")
+
+    def defer_message(self, message: ReceivedMessage) -> None:
+        """Set the message aside; only `receive_deferred_messages` can get it again."""
+        self._settle(message, "defer")
+
+    def dead_letter_message(self, message: ReceivedMessage, reason: str | None = None,
+                            error_description: str | None = None) -> None:
+        """Move the message to the dead-letter sub-queue with a reason and description."""
+        self._settle(message, "dead_letter", reason, error_description)
+
+    def renew_message_lock(self, message: ReceivedMessage) -> datetime:
+        """Extend the message's lock by the entity's lock duration; returns the new expiry (UTC)."""
+        if self._target.session_id is not None:
+            raise InvalidOperationError("messages of a session receiver are locked by the session: "
+                                        "use receiver.session.renew_lock()")
+        if self._target.mode is ReceiveMode.RECEIVE_AND_DELETE:
+            raise InvalidOperationError("messages received in RECEIVE_AND_DELETE mode have no lock to renew")
+        until = self._settle(message, "renew")
+        assert until is not None
+        return until  # type: ignore[no-any-return]

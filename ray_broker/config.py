@@ -1,0 +1,112 @@
+"""A namespace's fixed configuration, persisted beside its stores."""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from . import codec
+from .engine.store import DURABILITY_MODES
+from .errors import InvalidArgumentError, InvalidOperationError
+from .sku import get_sku, partition_count_for
+
+RAY_NAMESPACE = "ray_broker"
+MAX_GATEWAYS = 16
+_NAMESPACE_RE = re.compile(r"^[A-Za-z][A-Za-z0-9-]{0,49}$")
+_CONFIG_FILE = "namespace.msgpack"
+_NETWORK_FILESYSTEMS = ("nfs", "nfs4", "cifs", "smb3", "ceph", "fuse.sshfs", "glusterfs", "lustre", "gpfs",
+                        "fuse.s3fs", "fuse.gcsfuse", "beegfs", "9p")
+
+
+@dataclass(frozen=True)
+class NamespaceConfig:
+    """What a namespace is: fixed at creation, shared by every actor and client of it."""
+
+    name: str
+    sku: str
+    partition_count: int
+    data_dir: str | None
+    durability: str
+    gateways: int
+    node_id: str | None
+    """The node that holds the stores (partitions are pinned there), or None for shared storage."""
+
+    def partition_name(self, index: int) -> str:
+        """The Ray actor name of partition `index`."""
+        return f"{self.name}.partition.{index}"
+
+    def gateway_name(self, index: int) -> str:
+        """The Ray actor name of gateway `index`."""
+        return f"{self.name}.gateway.{index}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def check_namespace_name(name: Any) -> str:
+    """Namespace names: a letter, then up to 49 letters, digits or hyphens."""
+    if not isinstance(name, str) or not _NAMESPACE_RE.match(name):
+        raise InvalidArgumentError(
+            f"namespace name {name!r} is invalid: start with a letter, then use up to 49 letters, digits or hyphens")
+    return name
+
+
+def default_data_dir(name: str) -> str:
+    """`$RAY_BROKER_HOME/<name>`, or `~/.ray_broker/<name>`."""
+    home = os.environ.get("RAY_BROKER_HOME") or os.path.join(os.path.expanduser("~"), ".ray_broker")
+    return os.path.join(home, name)
+
+
+def is_shared_filesystem(path: str) -> bool:
+    """Whether `path` lies on a network filesystem (then partitions may restart on any node)."""
+    path = os.path.realpath(path)
+    best, fstype = "", ""
+    try:
+        with open("/proc/mounts", encoding="utf-8") as mounts:
+            for line in mounts:
+                parts = line.split()
+                if len(parts) >= 3 and (path == parts[1] or path.startswith(parts[1].rstrip("/") + "/")):
+                    if len(parts[1]) > len(best):
+                        best, fstype = parts[1], parts[2]
+    except OSError:
+        return False
+    return fstype in _NETWORK_FILESYSTEMS
+
+
+def build_config(name: str, *, sku: str, partitions: int | None, data_dir: str | None, gateways: int,
+                 durability: str, node_id: str | None) -> NamespaceConfig:
+    """Validate `start` arguments and reconcile them with a configuration already on disk."""
+    check_namespace_name(name)
+    tier = get_sku(sku)
+    count = partition_count_for(tier, partitions)
+    if isinstance(gateways, bool) or not isinstance(gateways, int) or not 1 <= gateways <= MAX_GATEWAYS:
+        raise InvalidArgumentError(f"gateways must be an int from 1 to {MAX_GATEWAYS}, got {gateways!r}")
+    if durability not in DURABILITY_MODES:
+        raise InvalidArgumentError(f"durability must be one of {', '.join(DURABILITY_MODES)}, got {durability!r}")
+    if durability == "memory":
+        return NamespaceConfig(name, tier.name, count, None, durability, gateways, None)
+    directory = os.path.abspath(os.path.expanduser(data_dir or default_data_dir(name)))
+    os.makedirs(directory, exist_ok=True)
+    pin = None if is_shared_filesystem(directory) else node_id
+    stored = load_config(directory)
+    if stored is not None:
+        if stored.sku != tier.name or stored.partition_count != count:
+            raise InvalidOperationError(
+                f"namespace {name!r} in {directory} was created as sku={stored.sku!r} with "
+                f"{stored.partition_count} partitions; the partition count and tier can never change "
+                f"(asked for sku={tier.name!r}, {count} partitions). Use another name or data_dir.")
+        pin = stored.node_id if pin is not None and stored.node_id else pin
+    config = NamespaceConfig(name, tier.name, count, directory, durability, gateways, pin)
+    with open(os.path.join(directory, _CONFIG_FILE), "wb") as out:
+        out.write(codec.packb(config.to_dict()))
+    return config
+
+
+def load_config(directory: str) -> NamespaceConfig | None:
+    """The configuration stored in `directory`, if any."""
+    path = os.path.join(directory, _CONFIG_FILE)
+    if not os.path.exists(path):
+        return None
+    with open(path, "rb") as src:
+        return NamespaceConfig(**codec.unpackb(src.read()))

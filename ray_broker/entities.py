@@ -1,0 +1,228 @@
+"""Entity model: names, queue options with their validation, and the properties users read.
+
+An entity definition travels to partitions as a plain dict (`definition`), with durations in
+seconds; users see `QueueProperties` and `QueueRuntimeProperties` with `timedelta` values.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, fields
+from datetime import datetime, timedelta
+from typing import Any, Mapping
+
+from .clock import to_datetime
+from .errors import InvalidArgumentError
+
+MAX_NAME_LENGTH = 260
+_NAME_RE = re.compile(r"^[A-Za-z0-9._\-/]+$")
+MAX_LOCK_SECONDS = 300.0
+MIN_DUP_WINDOW_SECONDS = 20.0
+MAX_DUP_WINDOW_SECONDS = 7 * 24 * 3600.0
+QUEUE_STATUSES = ("Active", "Disabled", "SendDisabled", "ReceiveDisabled")
+SEND_BLOCKING = ("Disabled", "SendDisabled")
+RECEIVE_BLOCKING = ("Disabled", "ReceiveDisabled")
+
+QUEUE_DEFAULTS: dict[str, Any] = {
+    "enable_partitioning": False,
+    "requires_session": False,
+    "requires_duplicate_detection": False,
+    "duplicate_detection_history_time_window": 600.0,
+    "lock_duration": 60.0,
+    "max_delivery_count": 10,
+    "default_message_time_to_live": None,
+    "dead_lettering_on_message_expiration": False,
+    "forward_to": None,
+    "forward_dead_lettered_messages_to": None,
+    "max_size_in_megabytes": 1024,
+    "status": "Active",
+}
+IMMUTABLE_QUEUE_OPTIONS = ("enable_partitioning", "requires_session", "requires_duplicate_detection")
+
+
+def check_entity_name(name: Any, what: str = "entity") -> str:
+    """Validate an entity name: 1-260 of letters, digits, '.', '-', '_', '/'."""
+    if not isinstance(name, str):
+        raise InvalidArgumentError(f"{what} name must be a str, not {type(name).__name__}")
+    if not 1 <= len(name) <= MAX_NAME_LENGTH:
+        raise InvalidArgumentError(f"{what} name must be 1 to {MAX_NAME_LENGTH} characters, got {len(name)}")
+    if not _NAME_RE.match(name) or name.startswith("/") or name.endswith("/") or "//" in name:
+        raise InvalidArgumentError(
+            f"{what} name {name!r} is invalid: use letters, digits, '.', '-', '_' and '/' "
+            "(not at the start or end, and not doubled)"
+        )
+    if "$" in name:
+        raise InvalidArgumentError(f"{what} name {name!r} may not contain '$'")
+    return name
+
+
+def _seconds(name: str, value: Any, low: float, high: float | None) -> float:
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        seconds = float(value)
+    else:
+        raise InvalidArgumentError(f"{name} must be a timedelta, not {type(value).__name__}")
+    if seconds < low or (high is not None and seconds > high) or seconds != seconds:
+        limit = f"from {timedelta(seconds=low)} to {timedelta(seconds=high)}" if high else f"at least {timedelta(seconds=low)}"
+        raise InvalidArgumentError(f"{name} must be {limit}, got {timedelta(seconds=seconds)}")
+    return seconds
+
+
+def _flag(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidArgumentError(f"{name} must be True or False, not {value!r}")
+    return value
+
+
+def _positive_int(name: str, value: Any, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= high:
+        raise InvalidArgumentError(f"{name} must be an int from 1 to {high}, got {value!r}")
+    return value
+
+
+def normalize_queue_options(options: Mapping[str, Any], *, base: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Validate queue options and return them in wire form (durations in seconds).
+
+    `base` holds the current options when updating; unknown keys are rejected.
+    """
+    result = dict(base if base is not None else QUEUE_DEFAULTS)
+    for key, value in options.items():
+        if key not in QUEUE_DEFAULTS:
+            raise InvalidArgumentError(f"unknown queue option {key!r}; known options: {', '.join(QUEUE_DEFAULTS)}")
+        if key in ("enable_partitioning", "requires_session", "requires_duplicate_detection", "dead_lettering_on_message_expiration"):
+            result[key] = _flag(key, value)
+        elif key == "duplicate_detection_history_time_window":
+            result[key] = _seconds(key, value, MIN_DUP_WINDOW_SECONDS, MAX_DUP_WINDOW_SECONDS)
+        elif key == "lock_duration":
+            result[key] = _seconds(key, value, 1.0, MAX_LOCK_SECONDS)
+        elif key == "default_message_time_to_live":
+            result[key] = None if value is None else _seconds(key, value, 1.0, None)
+        elif key == "max_delivery_count":
+            result[key] = _positive_int(key, value, 2_000_000_000)
+        elif key == "max_size_in_megabytes":
+            result[key] = _positive_int(key, value, 80 * 1024)
+        elif key in ("forward_to", "forward_dead_lettered_messages_to"):
+            result[key] = None if value is None else check_entity_name(value, key)
+        elif key == "status":
+            if value not in QUEUE_STATUSES:
+                raise InvalidArgumentError(f"status must be one of {', '.join(QUEUE_STATUSES)}, got {value!r}")
+            result[key] = value
+    return result
+
+
+def _td(seconds: float | None) -> timedelta | None:
+    return None if seconds is None else timedelta(seconds=seconds)
+
+
+@dataclass
+class QueueProperties:
+    """A queue's settings, as `create_queue`, `get_queue` and `list_queues` return them."""
+
+    name: str
+    enable_partitioning: bool = False
+    requires_session: bool = False
+    requires_duplicate_detection: bool = False
+    duplicate_detection_history_time_window: timedelta = timedelta(minutes=10)
+    lock_duration: timedelta = timedelta(seconds=60)
+    max_delivery_count: int = 10
+    default_message_time_to_live: timedelta | None = None
+    dead_lettering_on_message_expiration: bool = False
+    forward_to: str | None = None
+    forward_dead_lettered_messages_to: str | None = None
+    max_size_in_megabytes: int = 1024
+    status: str = "Active"
+    created_at_utc: datetime | None = None
+    updated_at_utc: datetime | None = None
+
+    @classmethod
+    def from_definition(cls, definition: Mapping[str, Any]) -> QueueProperties:
+        """Build from the wire form partitions store."""
+        opts = definition["options"]
+        return cls(
+            name=definition["name"],
+            enable_partitioning=opts["enable_partitioning"],
+            requires_session=opts["requires_session"],
+            requires_duplicate_detection=opts["requires_duplicate_detection"],
+            duplicate_detection_history_time_window=timedelta(seconds=opts["duplicate_detection_history_time_window"]),
+            lock_duration=timedelta(seconds=opts["lock_duration"]),
+            max_delivery_count=opts["max_delivery_count"],
+            default_message_time_to_live=_td(opts["default_message_time_to_live"]),
+            dead_lettering_on_message_expiration=opts["dead_lettering_on_message_expiration"],
+            forward_to=opts["forward_to"],
+            forward_dead_lettered_messages_to=opts["forward_dead_lettered_messages_to"],
+            max_size_in_megabytes=opts["max_size_in_megabytes"],
+            status=opts["status"],
+            created_at_utc=to_datetime(definition.get("created_at")),
+            updated_at_utc=to_datetime(definition.get("updated_at")),
+        )
+
+    def changes(self) -> dict[str, Any]:
+        """The option values of this object, for `update_queue(properties)`."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name in QUEUE_DEFAULTS}
+
+
+@dataclass
+class PartitionRuntimeProperties:
+    """One partition's share of an entity's counts."""
+
+    index: int
+    available: bool
+    active_message_count: int = 0
+    dead_letter_message_count: int = 0
+    scheduled_message_count: int = 0
+
+
+@dataclass
+class QueueRuntimeProperties:
+    """A queue's message counts, summed over the partitions that answered."""
+
+    name: str
+    active_message_count: int = 0
+    dead_letter_message_count: int = 0
+    scheduled_message_count: int = 0
+    transfer_message_count: int = 0
+    transfer_dead_letter_message_count: int = 0
+    total_message_count: int = 0
+    size_in_bytes: int = 0
+    availability: str = "Available"
+    partitions: list[PartitionRuntimeProperties] = field(default_factory=list)
+    created_at_utc: datetime | None = None
+    updated_at_utc: datetime | None = None
+    accessed_at_utc: datetime | None = None
+
+    @classmethod
+    def aggregate(cls, name: str, per_partition: Mapping[int, Mapping[str, int] | None],
+                  definition: Mapping[str, Any] | None = None) -> QueueRuntimeProperties:
+        """Sum per-partition counts; a partition mapped to None did not answer (Limited)."""
+        props = cls(name=name)
+        for index in sorted(per_partition):
+            counts = per_partition[index]
+            if counts is None:
+                props.availability = "Limited"
+                props.partitions.append(PartitionRuntimeProperties(index=index, available=False))
+                continue
+            props.partitions.append(PartitionRuntimeProperties(
+                index=index, available=True,
+                active_message_count=counts["active"],
+                dead_letter_message_count=counts["dead_letter"],
+                scheduled_message_count=counts["scheduled"],
+            ))
+            props.active_message_count += counts["active"]
+            props.dead_letter_message_count += counts["dead_letter"]
+            props.scheduled_message_count += counts["scheduled"]
+            props.transfer_message_count += counts["transfer"]
+            props.transfer_dead_letter_message_count += counts["transfer_dead_letter"]
+            props.size_in_bytes += counts["size"]
+            accessed = counts.get("accessed_at")
+            if accessed is not None:
+                when = to_datetime(accessed)
+                if props.accessed_at_utc is None or (when and when > props.accessed_at_utc):
+                    props.accessed_at_utc = when
+        props.total_message_count = (
+            props.active_message_count + props.dead_letter_message_count + props.scheduled_message_count
+            + props.transfer_message_count + props.transfer_dead_letter_message_count
+        )
+        if definition is not None:
+            props.created_at_utc = to_datetime(definition.get("created_at"))
+            props.updated_at_utc = to_datetime(definition.get("updated_at"))
+        return props

@@ -1,0 +1,141 @@
+"""Typed errors raised by ray_broker.
+
+Every error names what was wrong and what to do about it. All broker errors derive from
+`ServiceBusError`; `MessageAlreadySettled` is a `ValueError`, as in the azure-servicebus SDK.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "ServiceBusError",
+    "MessagingEntityNotFoundError",
+    "MessagingEntityAlreadyExistsError",
+    "MessagingEntityDisabledError",
+    "MessageSizeExceededError",
+    "InvalidOperationError",
+    "InvalidArgumentError",
+    "PartitionUnavailableError",
+    "MessageLockLostError",
+    "MessageNotFoundError",
+    "SessionLockLostError",
+    "SessionCannotBeLockedError",
+    "QuotaExceededError",
+    "OperationTimeoutError",
+    "ServerBusyError",
+    "UnauthorizedError",
+    "MessageAlreadySettled",
+    "unwrap_remote_error",
+]
+
+
+class ServiceBusError(Exception):
+    """Base class of every broker error.
+
+    `entity` and `partition` name where the error happened when that is known.
+    """
+
+    retryable = False
+
+    def __init__(self, message: str, *, entity: str | None = None, partition: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.entity = entity
+        self.partition = partition
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.message, self.entity, self.partition))
+
+
+def _rebuild(cls: type[ServiceBusError], message: str, entity: str | None, partition: int | None) -> ServiceBusError:
+    return cls(message, entity=entity, partition=partition)
+
+
+class MessagingEntityNotFoundError(ServiceBusError):
+    """The queue, topic or subscription does not exist."""
+
+
+class MessagingEntityAlreadyExistsError(ServiceBusError):
+    """An entity with that name (compared case-insensitively) already exists."""
+
+
+class MessagingEntityDisabledError(ServiceBusError):
+    """The entity's status forbids the operation (Disabled, SendDisabled, ReceiveDisabled)."""
+
+    retryable = True
+
+
+class MessageSizeExceededError(ServiceBusError, ValueError):
+    """A message or a batch is larger than the namespace allows."""
+
+
+class InvalidOperationError(ServiceBusError):
+    """The operation is not allowed here (SKU, entity settings, keys, receiver kind)."""
+
+
+class InvalidArgumentError(InvalidOperationError, ValueError):
+    """An argument is malformed or out of range (a name, a duration, a count, a type)."""
+
+
+class PartitionUnavailableError(ServiceBusError):
+    """The partition that must serve a keyed operation did not answer within the timeout."""
+
+    retryable = True
+
+
+class MessageLockLostError(ServiceBusError):
+    """The message's lock expired or the message was settled elsewhere."""
+
+
+class MessageNotFoundError(ServiceBusError):
+    """No message with that sequence number is in the state the operation needs."""
+
+
+class SessionLockLostError(ServiceBusError):
+    """The session lock expired or was released."""
+
+
+class SessionCannotBeLockedError(ServiceBusError):
+    """The session is locked by another receiver."""
+
+    retryable = True
+
+
+class QuotaExceededError(ServiceBusError):
+    """A namespace or entity quota would be exceeded."""
+
+
+class OperationTimeoutError(ServiceBusError):
+    """The operation did not complete within its time limit."""
+
+    retryable = True
+
+
+class ServerBusyError(ServiceBusError):
+    """The broker is overloaded; retry after a back-off."""
+
+    retryable = True
+
+
+class UnauthorizedError(ServiceBusError):
+    """The caller may not perform this operation."""
+
+
+class MessageAlreadySettled(ValueError):
+    """The message was already settled, or was received in RECEIVE_AND_DELETE mode."""
+
+
+def unwrap_remote_error(exc: BaseException) -> BaseException:
+    """Return the broker error carried inside a Ray task error, or `exc` itself.
+
+    Ray wraps an exception raised in an actor in a `RayTaskError` whose `cause` is the original;
+    callers should see the typed broker error with its own message, not the wrapper.
+    """
+    seen = 0
+    while seen < 8:
+        cause = getattr(exc, "cause", None)
+        if cause is None or cause is exc or not isinstance(cause, BaseException):
+            break
+        exc = cause
+        seen += 1
+    return exc

@@ -1,0 +1,230 @@
+"""Messages: what a sender builds (`Message`) and what a receiver gets (`ReceivedMessage`).
+
+Validation happens at construction so that a bad value fails in the caller's own code, not deep
+inside an actor. Between client and partitions a message travels as a plain dict (its wire form).
+"""
+from __future__ import annotations
+
+import enum
+import math
+import uuid
+from datetime import datetime, timedelta
+from typing import Any, Mapping
+
+from . import codec
+from .clock import to_datetime, to_epoch
+from .errors import InvalidOperationError
+
+MAX_ID_LENGTH = 128
+_INT_MIN = -(1 << 63)
+_INT_MAX = (1 << 63) - 1
+PROPERTY_TYPES = (str, bytes, int, float, bool, type(None), datetime, uuid.UUID)
+
+_HEADER_FIELDS = (
+    "message_id",
+    "session_id",
+    "partition_key",
+    "correlation_id",
+    "subject",
+    "to",
+    "reply_to",
+    "reply_to_session_id",
+    "content_type",
+)
+_ID_FIELDS = ("message_id", "session_id", "partition_key")
+
+
+class MessageState(enum.IntEnum):
+    """Where a message stands in its entity."""
+
+    ACTIVE = 0
+    DEFERRED = 1
+    SCHEDULED = 2
+
+
+def _check_text(name: str, value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str or None, not {type(value).__name__}")
+    _check_encodable(name, value)
+    if name in _ID_FIELDS:
+        if not value:
+            raise ValueError(f"{name} must not be empty; leave it None to have no {name}")
+        if len(value) > MAX_ID_LENGTH:
+            raise ValueError(f"{name} is {len(value)} characters long; the limit is {MAX_ID_LENGTH}")
+    return value
+
+
+def _check_encodable(name: str, value: str) -> None:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"{name} is not valid Unicode text ({exc.reason}); pass text that encodes as UTF-8") from None
+
+
+def _check_property(key: Any, value: Any) -> None:
+    if not isinstance(key, str):
+        raise TypeError(f"application_properties keys must be str, not {type(key).__name__} ({key!r})")
+    _check_encodable("an application_properties key", key)
+    if not isinstance(value, PROPERTY_TYPES):
+        raise TypeError(
+            f"application_properties[{key!r}] has type {type(value).__name__}; supported types are "
+            "str, bytes, int, float, bool, None, datetime and uuid.UUID"
+        )
+    if isinstance(value, int) and not isinstance(value, bool) and not _INT_MIN <= value <= _INT_MAX:
+        raise ValueError(f"application_properties[{key!r}] = {value} does not fit in a signed 64-bit integer")
+    if isinstance(value, str):
+        _check_encodable(f"application_properties[{key!r}]", value)
+
+
+def _check_ttl(value: Any) -> float | None:
+    if value is None:
+        return None
+    seconds = value.total_seconds() if isinstance(value, timedelta) else value
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        raise TypeError(f"time_to_live must be a timedelta, not {type(value).__name__}")
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ValueError(f"time_to_live must be positive, got {value!r}")
+    return float(seconds)
+
+
+class Message:
+    """A message to send. Validated at construction; see ../API.md for the fields."""
+
+    __slots__ = ("body", "application_properties", "time_to_live", "scheduled_enqueue_time_utc") + _HEADER_FIELDS
+
+    def __init__(
+        self,
+        body: bytes | str,
+        *,
+        message_id: str | None = None,
+        session_id: str | None = None,
+        partition_key: str | None = None,
+        correlation_id: str | None = None,
+        subject: str | None = None,
+        to: str | None = None,
+        reply_to: str | None = None,
+        reply_to_session_id: str | None = None,
+        content_type: str | None = None,
+        time_to_live: timedelta | None = None,
+        scheduled_enqueue_time_utc: datetime | None = None,
+        application_properties: Mapping[str, Any] | None = None,
+    ) -> None:
+        if isinstance(body, str):
+            _check_encodable("body", body)
+            body = body.encode("utf-8")
+        elif isinstance(body, (bytearray, memoryview)):
+            body = bytes(body)
+        elif not isinstance(body, bytes):
+            raise TypeError(f"body must be bytes or str, not {type(body).__name__}")
+        self.body: bytes = body
+        fields = locals()
+        for name in _HEADER_FIELDS:
+            setattr(self, name, _check_text(name, fields[name]))
+        if session_id is not None and partition_key is not None and session_id != partition_key:
+            raise InvalidOperationError(
+                f"partition_key {partition_key!r} differs from session_id {session_id!r}; "
+                "on a session message the partition key must equal the session id or be left unset"
+            )
+        self.time_to_live: timedelta | None = None if time_to_live is None else timedelta(seconds=_check_ttl(time_to_live) or 0)
+        if scheduled_enqueue_time_utc is not None and not isinstance(scheduled_enqueue_time_utc, datetime):
+            raise TypeError("scheduled_enqueue_time_utc must be a datetime")
+        self.scheduled_enqueue_time_utc = scheduled_enqueue_time_utc
+        if application_properties is not None and not isinstance(application_properties, Mapping):
+            raise TypeError(f"application_properties must be a mapping, not {type(application_properties).__name__}")
+        props = dict(application_properties or {})
+        for key, value in props.items():
+            _check_property(key, value)
+        self.application_properties: dict[str, Any] = props
+
+    def __repr__(self) -> str:
+        return f"Message(body={self.body[:32]!r}{'...' if len(self.body) > 32 else ''}, message_id={self.message_id!r})"
+
+    def __str__(self) -> str:
+        return self.body.decode("utf-8", errors="replace")
+
+    def to_wire(self) -> dict[str, Any]:
+        """The message's fields as a plain dict (re-validated, since fields are mutable)."""
+        wire: dict[str, Any] = {"body": self.body}
+        for name in _HEADER_FIELDS:
+            value = getattr(self, name)
+            if value is not None:
+                wire[name] = _check_text(name, value)
+        session_id, partition_key = wire.get("session_id"), wire.get("partition_key")
+        if session_id is not None and partition_key is not None and session_id != partition_key:
+            raise InvalidOperationError(
+                f"partition_key {partition_key!r} differs from session_id {session_id!r}; "
+                "on a session message the partition key must equal the session id or be left unset"
+            )
+        if self.application_properties:
+            for key, value in self.application_properties.items():
+                _check_property(key, value)
+            wire["application_properties"] = dict(self.application_properties)
+        ttl = _check_ttl(self.time_to_live)
+        if ttl is not None:
+            wire["time_to_live"] = ttl
+        if self.scheduled_enqueue_time_utc is not None:
+            wire["scheduled_enqueue_time"] = to_epoch(self.scheduled_enqueue_time_utc)
+        return wire
+
+    def to_envelope(self) -> dict[str, Any]:
+        """The form that travels to a partition: the encoded message plus what routing needs."""
+        return envelope_from_wire(self.to_wire())
+
+
+def envelope_from_wire(wire: Mapping[str, Any]) -> dict[str, Any]:
+    """Encode a message's fields once; partitions store the payload as it is."""
+    payload = codec.packb(wire)
+    envelope: dict[str, Any] = {"payload": payload, "size": len(payload)}
+    for name in _ID_FIELDS:
+        if wire.get(name) is not None:
+            envelope[name] = wire[name]
+    if wire.get("time_to_live") is not None:
+        envelope["ttl"] = wire["time_to_live"]
+    if wire.get("scheduled_enqueue_time") is not None:
+        envelope["scheduled"] = wire["scheduled_enqueue_time"]
+    return envelope
+
+
+class ReceivedMessage:
+    """A message as a receiver sees it: every `Message` field plus the broker's own fields."""
+
+    def __init__(self, record: Mapping[str, Any], *, receiver_key: str | None = None, peeked: bool = False) -> None:
+        if "payload" in record:
+            record = {**codec.unpackb(record["payload"]), **record}
+        self.body: bytes = record["body"]
+        for name in _HEADER_FIELDS:
+            setattr(self, name, record.get(name))
+        self.application_properties: dict[str, Any] = dict(record.get("application_properties") or {})
+        ttl = record.get("time_to_live")
+        self.time_to_live: timedelta | None = None if ttl is None else timedelta(seconds=ttl)
+        self.scheduled_enqueue_time_utc: datetime | None = to_datetime(record.get("scheduled_enqueue_time"))
+        self.sequence_number: int = record["sequence_number"]
+        self.enqueued_sequence_number: int = record.get("enqueued_sequence_number") or self.sequence_number
+        self.enqueued_time_utc: datetime | None = to_datetime(record.get("enqueued_time"))
+        self.expires_at_utc: datetime | None = to_datetime(record.get("expires_at"))
+        self.delivery_count: int = record.get("delivery_count", 0)
+        self.state = MessageState(record.get("state", 0))
+        self.dead_letter_reason: str | None = record.get("dead_letter_reason")
+        self.dead_letter_error_description: str | None = record.get("dead_letter_error_description")
+        self.dead_letter_source: str | None = record.get("dead_letter_source")
+        token = record.get("lock_token") if not peeked else None
+        self.lock_token: uuid.UUID | None = uuid.UUID(bytes=token) if isinstance(token, bytes) else token
+        self.locked_until_utc: datetime | None = None if peeked else to_datetime(record.get("locked_until"))
+        self._receiver_key = receiver_key
+        self._settled = peeked or self.lock_token is None
+
+    def __repr__(self) -> str:
+        return (
+            f"ReceivedMessage(sequence_number={self.sequence_number}, message_id={self.message_id!r}, "
+            f"delivery_count={self.delivery_count})"
+        )
+
+    def __str__(self) -> str:
+        return self.body.decode("utf-8", errors="replace")
+
+    @property
+    def partition_index(self) -> int:
+        """The partition index encoded in the sequence number (0 on non-partitioned entities)."""
+        return self.sequence_number >> 48
