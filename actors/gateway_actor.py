@@ -349,10 +349,12 @@ class Gateway:
         self._hints.setdefault((definition["name"].lower(), subq, session_id), {})[k] = value
 
     async def receive(self, receiver_id: str, entity: str, subq: int, mode: str, session: dict[str, Any] | None,
-                      max_count: int, max_wait: float, prefetch: int) -> list[dict[str, Any]]:
-        """Up to `max_count` messages: from the receiver's cache, then from partitions with messages,
-        waiting up to `max_wait` seconds for the first one to arrive."""
+                      max_count: int, max_wait: float, prefetch: int, settlements: list[list[Any]]) -> dict[str, Any]:
+        """Apply the settlements the call carries, then return up to `max_count` messages: from the
+        receiver's cache, then from partitions with messages, waiting up to `max_wait` seconds for
+        the first one to arrive. Returns `{"messages": [...], "settled": [one result per settlement]}`."""
         deadline = time.monotonic() + max_wait
+        settled = await self.settle(entity, subq, session, settlements, max(max_wait, 30.0)) if settlements else []
         definition = await self.definition(entity)
         state = self._receiver(receiver_id, entity, subq)
         out = self._from_cache(state, max_count)
@@ -389,7 +391,7 @@ class Gateway:
                 if time.monotonic() >= deadline:
                     break
         state.last_used = time.monotonic()
-        return [dict(r, partition=k) for k, r in out]
+        return {"messages": [dict(r, partition=k) for k, r in out], "settled": settled}
 
     def _receiver(self, receiver_id: str, entity: str, subq: int) -> _ReceiverState:
         state = self._receivers.get(receiver_id)

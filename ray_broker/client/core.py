@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import enum
 import math
+import threading
+import time
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Iterable
@@ -20,7 +22,9 @@ from ..errors import (
     InvalidArgumentError,
     InvalidOperationError,
     MessageAlreadySettled,
+    MessageLockLostError,
     MessageSizeExceededError,
+    SessionLockLostError,
     unwrap_remote_error,
 )
 from ..message import Message, ReceivedMessage
@@ -199,8 +203,13 @@ def envelopes_for_send(sku: Sku, messages: Any, *, schedule_at: datetime | None 
 
 
 def settlement_op(message: Any, action: str, receiver_key: str, closed: bool,
-                  reason: Any = None, description: Any = None) -> list[Any]:
-    """Check that `message` may be settled by this receiver and build the request for it."""
+                  reason: Any = None, description: Any = None, session_until: float | None = None) -> list[Any]:
+    """Check that `message` may be settled by this receiver now and build the request for it.
+
+    The checks that decide the outcome run here, in the caller: a message settled before (or
+    received in RECEIVE_AND_DELETE mode), another receiver's message, and an expired message or
+    session lock each raise at once.
+    """
     if closed:
         raise InvalidOperationError("the receiver is closed; settle messages before closing it")
     if not isinstance(message, ReceivedMessage):
@@ -215,6 +224,14 @@ def settlement_op(message: Any, action: str, receiver_key: str, closed: bool,
     for name, value in (("reason", reason), ("error_description", description)):
         if value is not None and not isinstance(value, str):
             raise TypeError(f"{name} must be a str or None")
+    now = time.time()
+    if session_until is not None and session_until <= now:
+        raise SessionLockLostError(
+            f"the session lock expired before message {message.sequence_number} was settled; accept the session again")
+    if session_until is None and message.locked_until_utc is not None and message.locked_until_utc.timestamp() <= now:
+        raise MessageLockLostError(
+            f"the lock on message {message.sequence_number} expired before it was settled; receive it again "
+            "(renew locks of messages that take long to process)")
     assert message.lock_token is not None
     return [action, message.sequence_number, message.lock_token.bytes, reason, description]
 
@@ -228,6 +245,63 @@ def apply_settlement(message: ReceivedMessage, action: str, result: Any) -> date
         return message.locked_until_utc
     message._settled = True
     return None
+
+
+class SettlementBuffer:
+    """Settlements accepted by a receiver that travel with its next call to the gateway.
+
+    A message is marked settled when it enters the buffer, so settling it again raises at once.
+    Should the broker later refuse a buffered settlement (a lock lost in a partition restart, say),
+    the error is kept and raised by the receiver's next operation.
+    """
+
+    URGENT_MARGIN_S = 2.0
+    MAX_PENDING = 1000
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._ops: list[list[Any]] = []
+        self._errors: list[BaseException] = []
+        self._oldest_deadline = math.inf
+
+    def add(self, message: ReceivedMessage, op: list[Any], lock_deadline: float) -> bool:
+        """Buffer a settlement; returns True when it should be sent now (lock about to expire, or full)."""
+        with self._lock:
+            self._ops.append(op)
+            message._settled = True
+            self._oldest_deadline = min(self._oldest_deadline, lock_deadline)
+            return (len(self._ops) >= self.MAX_PENDING
+                    or self._oldest_deadline - time.time() <= self.URGENT_MARGIN_S)
+
+    def drain(self) -> list[list[Any]]:
+        """Take every buffered settlement."""
+        with self._lock:
+            ops, self._ops = self._ops, []
+            self._oldest_deadline = math.inf
+            return ops
+
+    def __len__(self) -> int:
+        return len(self._ops)
+
+    def record(self, results: list[Any]) -> None:
+        """Keep the errors among the results of sent settlements."""
+        errors = [r for r in results if isinstance(r, BaseException)]
+        if errors:
+            with self._lock:
+                self._errors.extend(errors)
+
+    def fail(self, error: BaseException) -> None:
+        """Keep an error that stopped buffered settlements from being sent."""
+        with self._lock:
+            self._errors.append(error)
+
+    def raise_deferred(self) -> None:
+        """Raise the first error a buffered settlement met (once)."""
+        with self._lock:
+            if not self._errors:
+                return
+            first, self._errors = self._errors[0], []
+        raise first
 
 
 def sequence_list(sequence_numbers: Any) -> list[int]:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import weakref
 from datetime import timedelta
 from typing import Any
 
@@ -89,6 +90,7 @@ class Namespace:
         self.config = config
         index = gateway_index if gateway_index is not None else os.getpid() % config.gateways
         self._link = GatewayLink(config, index)
+        self._receivers: weakref.WeakSet[Receiver] = weakref.WeakSet()
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (Namespace, (self.config,))
@@ -176,10 +178,19 @@ class Namespace:
                 for d in self._link.call("list_entities", "queue", timeout=_MANAGEMENT_TIMEOUT_S)]
 
     def get_queue_runtime_properties(self, name: str) -> QueueRuntimeProperties:
-        """A queue's message counts, summed over partitions (availability "Limited" if one did not answer)."""
+        """A queue's message counts, summed over partitions (availability "Limited" if one did not answer).
+
+        Settlements this handle's receivers still hold are sent first, so the counts include them.
+        """
+        self._flush_receivers()
         self._queue_definition(name)
         reply = self._link.call("runtime", name, timeout=_MANAGEMENT_TIMEOUT_S)
         return QueueRuntimeProperties.aggregate(reply["definition"]["name"], reply["partitions"], reply["definition"])
+
+    def _flush_receivers(self) -> None:
+        for receiver in list(self._receivers):
+            if not receiver._closed:
+                receiver.flush()
 
     # ------------------------------------------------------------------ clients
 
@@ -194,7 +205,9 @@ class Namespace:
         """A receiver for a queue or its dead-letter sub-queue (paths like "q/$deadletterqueue" work too)."""
         target = receive_target(queue, receive_mode=receive_mode, sub_queue=sub_queue, session_id=session_id,
                                 prefetch_count=prefetch_count, max_wait_time=max_wait_time)
-        return Receiver(self, target)
+        receiver = Receiver(self, target)
+        self._receivers.add(receiver)
+        return receiver
 
 
 __all__ = ["start", "connect", "stop", "Namespace", "ensure_ray", "DEFAULT_TIMEOUT_S"]

@@ -1,6 +1,7 @@
 """Receivers: receive, settle, defer, peek, and sessions."""
 from __future__ import annotations
 
+import threading
 import uuid
 from datetime import datetime
 from types import TracebackType
@@ -13,6 +14,7 @@ from .core import (
     NEXT_AVAILABLE_SESSION,
     ReceiveMode,
     ReceiveTarget,
+    SettlementBuffer,
     apply_settlement,
     check_count,
     sequence_list,
@@ -25,6 +27,8 @@ if TYPE_CHECKING:
     from .namespace import Namespace
 
 _OP_TIMEOUT_S = 60.0
+FLUSH_DELAY_S = 0.05
+"""How long a settlement waits for a receive call to carry it before it is sent on its own."""
 
 
 class ReceiverSession:
@@ -37,7 +41,7 @@ class ReceiverSession:
         self.locked_until_utc: datetime | None = to_datetime(lock["locked_until"])
 
     def _call(self, operation: str, *args: Any) -> Any:
-        self._receiver._check_open()
+        self._receiver._before_operation()
         return self._receiver._ns._link.call(
             "session_call", self._receiver._target.entity, self._lock, operation, *args, timeout=_OP_TIMEOUT_S)
 
@@ -68,6 +72,9 @@ class Receiver:
         self._closed = False
         self._session: ReceiverSession | None = None
         self._peek_from = 0
+        self._settlements = SettlementBuffer()
+        self._flush_timer: threading.Timer | None = None
+        self._flush_lock = threading.Lock()
         self.entity_path = target.entity
         self.receive_mode = target.mode
         self.max_wait_time = target.max_wait_time
@@ -97,14 +104,46 @@ class Receiver:
         self._session = ReceiverSession(self, lock)
 
     def close(self) -> None:
-        """Release messages held but never handed out (no delivery counted) and the session lock."""
+        """Send pending settlements, then release messages held but never handed out (no delivery
+        counted) and the session lock."""
         if self._closed:
             return
+        self.flush()
         self._closed = True
         self._ns._link.call("close_receiver", self._key, timeout=_OP_TIMEOUT_S)
         if self._session is not None:
             self._ns._link.call("session_call", self._target.entity, self._session._lock, "release_session",
                                 timeout=_OP_TIMEOUT_S)
+        self._settlements.raise_deferred()
+
+    # ------------------------------------------------------------------ buffered settlements
+
+    def flush(self) -> None:
+        """Send buffered settlements now (receive calls and a short timer otherwise carry them)."""
+        with self._flush_lock:
+            ops = self._settlements.drain()
+            if not ops:
+                return
+            try:
+                results = self._ns._link.call("settle", self._target.entity, self._target.subq, self._session_lock(),
+                                              ops, _OP_TIMEOUT_S, timeout=_OP_TIMEOUT_S)
+            except Exception as exc:  # noqa: BLE001 - kept and raised by the receiver's next operation
+                self._settlements.fail(exc)
+                return
+            self._settlements.record(results)
+
+    def _flush_later(self) -> None:
+        if self._flush_timer is None or not self._flush_timer.is_alive():
+            self._flush_timer = threading.Timer(FLUSH_DELAY_S, self.flush)
+            self._flush_timer.daemon = True
+            self._flush_timer.start()
+
+    def _before_operation(self) -> None:
+        """Raise what a buffered settlement met, then send the rest before another kind of call."""
+        self._check_open()
+        self._settlements.raise_deferred()
+        self.flush()
+        self._settlements.raise_deferred()
 
     @property
     def session(self) -> ReceiverSession | None:
@@ -121,13 +160,23 @@ class Receiver:
 
     def receive_messages(self, max_message_count: int | None = 1, max_wait_time: float | None = None) -> list[ReceivedMessage]:
         """Up to `max_message_count` messages, waiting up to `max_wait_time` seconds for the first."""
+        self._check_open()
+        self._settlements.raise_deferred()
         count = check_count(max_message_count)
         wait = wait_seconds(max_wait_time, self._target.max_wait_time)
         session = self._session_lock()
         target = self._target
-        records = self._ns._link.call("receive", self._key, target.entity, target.subq, target.mode.value, session,
-                                      count, wait, target.prefetch_count, timeout=wait)
-        return [ReceivedMessage(r, receiver_key=self._key) for r in records]
+        with self._flush_lock:
+            ops = self._settlements.drain()
+            try:
+                reply = self._ns._link.call("receive", self._key, target.entity, target.subq, target.mode.value,
+                                            session, count, wait, target.prefetch_count, ops, timeout=wait)
+            except Exception as exc:
+                if ops:
+                    self._settlements.fail(exc)
+                raise
+        self._settlements.record(reply["settled"])
+        return [ReceivedMessage(r, receiver_key=self._key) for r in reply["messages"]]
 
     def __iter__(self) -> Iterator[ReceivedMessage]:
         """Messages one by one; stops after `max_wait_time` without a message."""
@@ -139,7 +188,7 @@ class Receiver:
 
     def receive_deferred_messages(self, sequence_numbers: int | list[int]) -> list[ReceivedMessage]:
         """Receive deferred messages by their sequence numbers."""
-        self._check_open()
+        self._before_operation()
         seqs = sequence_list(sequence_numbers)
         if not seqs:
             return []
@@ -153,7 +202,7 @@ class Receiver:
 
         With `sequence_number=0` browsing continues after the last message this receiver peeked.
         """
-        self._check_open()
+        self._before_operation()
         count = check_count(max_message_count)
         start = sequence_list(sequence_number)[0] or self._peek_from
         records = self._ns._link.call("peek", self._target.entity, self._target.subq, self._session_lock(),
@@ -165,11 +214,19 @@ class Receiver:
 
     # ------------------------------------------------------------------ settling
 
-    def _settle(self, message: ReceivedMessage, action: str, reason: Any = None, description: Any = None) -> Any:
-        op = settlement_op(message, action, self._key, self._closed, reason, description)
-        results = self._ns._link.call("settle", self._target.entity, self._target.subq, self._session_lock(), [op],
-                                      _OP_TIMEOUT_S, timeout=_OP_TIMEOUT_S)
-        return apply_settlement(message, action, results[0])
+    def _settle(self, message: ReceivedMessage, action: str, reason: Any = None, description: Any = None) -> None:
+        """Check a settlement here and buffer it for the next call (sent within FLUSH_DELAY_S)."""
+        self._settlements.raise_deferred()
+        session = self._session_lock()
+        session_until = None if session is None else float(session["locked_until"])
+        op = settlement_op(message, action, self._key, self._closed, reason, description, session_until)
+        assert message.locked_until_utc is not None
+        deadline = session_until if session_until is not None else message.locked_until_utc.timestamp()
+        if self._settlements.add(message, op, deadline):
+            self.flush()
+            self._settlements.raise_deferred()
+        else:
+            self._flush_later()
 
     def complete_message(self, message: ReceivedMessage, *, transaction: Any = None) -> None:
         """Remove the message from the entity."""
@@ -197,6 +254,10 @@ class Receiver:
                                         "use receiver.session.renew_lock()")
         if self._target.mode is ReceiveMode.RECEIVE_AND_DELETE:
             raise InvalidOperationError("messages received in RECEIVE_AND_DELETE mode have no lock to renew")
-        until = self._settle(message, "renew")
+        self._before_operation()
+        op = settlement_op(message, "renew", self._key, self._closed)
+        results = self._ns._link.call("settle", self._target.entity, self._target.subq, None, [op],
+                                      _OP_TIMEOUT_S, timeout=_OP_TIMEOUT_S)
+        until = apply_settlement(message, "renew", results[0])
         assert until is not None
-        return until  # type: ignore[no-any-return]
+        return until

@@ -1,0 +1,55 @@
+"""Shared fixtures: one Ray instance per test session and one durable namespace on it.
+
+Tests that need Ray are marked `ray` (selected automatically by the fixtures they use).
+"""
+from __future__ import annotations
+
+import uuid
+from typing import Iterator
+
+import pytest
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--long", action="store_true", default=False,
+                     help="run the long chaos and fuzz runs instead of the short CI ones")
+
+
+@pytest.fixture(scope="session")
+def long_run(request: pytest.FixtureRequest) -> bool:
+    """Whether --long was given."""
+    return bool(request.config.getoption("--long"))
+
+
+@pytest.fixture(scope="session")
+def ray_instance() -> Iterator[None]:
+    """A local Ray shared by every test of the session (4 logical CPUs on this 2-core machine)."""
+    import ray
+
+    ray.init(namespace="ray_broker", num_cpus=4, include_dashboard=False, log_to_driver=False,
+             configure_logging=False)
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def namespace(ray_instance: None, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """A standard namespace with 16 partitions and durable ("normal") stores in a temp dir."""
+    import ray_broker as rb
+
+    ns = rb.start("itest", data_dir=str(tmp_path_factory.mktemp("itest")), durability="normal")
+    yield ns
+    rb.stop("itest", delete_data=True)
+
+
+@pytest.fixture
+def queue_name() -> str:
+    """A fresh queue name for one test."""
+    return f"q-{uuid.uuid4().hex[:12]}"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        fixtures = getattr(item, "fixturenames", ())
+        if "ray_instance" in fixtures or "namespace" in fixtures:
+            item.add_marker(pytest.mark.ray)

@@ -1,0 +1,61 @@
+"""Helpers for integration tests: partition processes, draining queues."""
+from __future__ import annotations
+
+import os
+import signal
+import time
+from typing import Any, Callable
+
+import ray
+
+import ray_broker as rb
+
+
+def partition_handle(ns: rb.Namespace, index: int) -> Any:
+    """The actor handle of partition `index`."""
+    return ray.get_actor(f"{ns.name}.partition.{index}", namespace="ray_broker")
+
+
+def partition_pid(ns: rb.Namespace, index: int) -> int:
+    """The OS process id of partition `index`."""
+    return int(ray.get(partition_handle(ns, index).pid.remote(), timeout=60))
+
+
+def kill_partition(ns: rb.Namespace, index: int) -> int:
+    """SIGKILL partition `index`'s process; returns the pid that was killed."""
+    pid = partition_pid(ns, index)
+    os.kill(pid, signal.SIGKILL)
+    return pid
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 60.0, interval: float = 0.1) -> None:
+    """Poll `predicate` until it holds; fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        time.sleep(interval)
+
+
+def wait_partition_back(ns: rb.Namespace, index: int, old_pid: int) -> None:
+    """Wait until partition `index` answers from a new process."""
+    def back() -> bool:
+        try:
+            return partition_pid(ns, index) != old_pid
+        except Exception:  # noqa: BLE001 - still restarting
+            return False
+    wait_until(back)
+
+
+def drain(receiver: rb.Receiver, *, expected: int | None = None, wait: float = 2.0) -> list[rb.ReceivedMessage]:
+    """Receive and complete until `expected` messages arrived (or a receive comes back empty)."""
+    got: list[rb.ReceivedMessage] = []
+    while expected is None or len(got) < expected:
+        batch = receiver.receive_messages(100, max_wait_time=wait)
+        if not batch:
+            break
+        for message in batch:
+            receiver.complete_message(message)
+        got.extend(batch)
+    receiver.flush()
+    return got
