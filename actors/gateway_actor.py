@@ -45,6 +45,8 @@ WATCH_TIMEOUT_S = 10.0
 DEFINITION_TTL_S = 2.0
 RECEIVER_IDLE_S = 300.0
 LOCK_MARGIN_S = 0.5
+_RELEASING = ("abandon", "release")
+"""Settlements that make a message available again."""
 
 
 class _Unavailable(Exception):
@@ -352,9 +354,12 @@ class Gateway:
                       max_count: int, max_wait: float, prefetch: int, settlements: list[list[Any]]) -> dict[str, Any]:
         """Apply the settlements the call carries, then return up to `max_count` messages: from the
         receiver's cache, then from partitions with messages, waiting up to `max_wait` seconds for
-        the first one to arrive. Returns `{"messages": [...], "settled": [one result per settlement]}`."""
+        the first one to arrive. Returns `{"messages": [...], "settled": [one result per settlement]}`.
+
+        Settlements for the partition that serves the receive travel in the same partition call;
+        the others are sent in parallel with it.
+        """
         deadline = time.monotonic() + max_wait
-        settled = await self.settle(entity, subq, session, settlements, max(max_wait, 30.0)) if settlements else []
         definition = await self.definition(entity)
         state = self._receiver(receiver_id, entity, subq)
         out = self._from_cache(state, max_count)
@@ -362,36 +367,92 @@ class Gateway:
         session_id = None if session is None else session["session_id"]
         hosts = [session["partition"]] if session is not None else self._hosts(definition)
         hints = self._hints.setdefault((definition["name"].lower(), subq, session_id), {})
+        settled: list[Any] = [None] * len(settlements)
+        pending = self._settlement_groups(definition, session, settlements)
+        background: list[asyncio.Future[None]] = []
         probed = False
         while len(out) < max_count:
             now = time.monotonic()
             ready = [k for k in hosts if hints.get(k) and self.health.available(k, now)]
-            if ready:
+            carried = [k for k in ready if k in pending]
+            k: int | None = None
+            if carried:
+                k = carried[0]
+            elif ready:
                 k = ready[next(self._spread) % len(ready)]
-                need = max_count - len(out)
-                extra = max(0, prefetch - len(state.cache)) if mode == PEEK_LOCK else 0
-                try:
-                    reply = await self._call(k, "receive", entity, subq, need + extra, mode, session_args,
-                                             timeout=ATTEMPT_TIMEOUT_S)
-                except _Unavailable:
-                    hints[k] = False
-                    continue
-                hints[k] = reply["more"]
-                records = [(k, r) for r in reply["messages"]]
-                out.extend(records[:need])
-                state.cache.extend(records[need:])
-                if out:
+            background.extend(self._settle_groups(definition, subq, session, settlements, pending, settled, keep=k))
+            if k is None:
+                await asyncio.gather(*background)
+                background.clear()
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 and probed:
                     break
+                probed = True
+                if not await self._wait_any(definition, subq, session_id, False, hosts, max(remaining, 0.0)):
+                    if time.monotonic() >= deadline:
+                        break
                 continue
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 and probed:
+            need = max_count - len(out)
+            extra = max(0, prefetch - len(state.cache)) if mode == PEEK_LOCK else 0
+            calls: list[tuple[str, tuple[Any, ...]]] = []
+            carried_indexes = pending.pop(k, [])
+            if carried_indexes:
+                calls.append(("settle", (entity, subq, [settlements[i] for i in carried_indexes], session_args)))
+            calls.append(("receive", (entity, subq, need + extra, mode, session_args)))
+            try:
+                replies = await self._await(k, self._partition(k).run_batch.remote(calls), ATTEMPT_TIMEOUT_S)
+            except _Unavailable:
+                hints[k] = False
+                if carried_indexes:
+                    pending[k] = carried_indexes
+                continue
+            if carried_indexes:
+                for i, result in zip(carried_indexes, replies[0]):
+                    settled[i] = result
+            reply = replies[-1]
+            if any(settlements[i][0] in _RELEASING for i in carried_indexes):
+                reply["more"] = True
+            hints[k] = reply["more"]
+            records = [(k, r) for r in reply["messages"]]
+            out.extend(records[:need])
+            state.cache.extend(records[need:])
+            if out:
                 break
-            probed = True
-            if not await self._wait_any(definition, subq, session_id, False, hosts, max(remaining, 0.0)):
-                if time.monotonic() >= deadline:
-                    break
+        background.extend(self._settle_groups(definition, subq, session, settlements, pending, settled, keep=None))
+        await asyncio.gather(*background)
         state.last_used = time.monotonic()
         return {"messages": [dict(r, partition=k) for k, r in out], "settled": settled}
+
+    def _settlement_groups(self, definition: dict[str, Any], session: dict[str, Any] | None,
+                           ops: list[list[Any]]) -> dict[int, list[int]]:
+        """Settlement indexes grouped by the partition that holds each message."""
+        groups: dict[int, list[int]] = {}
+        for i, op in enumerate(ops):
+            k = session["partition"] if session is not None else self._seq_partition(definition, int(op[1]))
+            groups.setdefault(k, []).append(i)
+        return groups
+
+    def _settle_groups(self, definition: dict[str, Any], subq: int, session: dict[str, Any] | None,
+                       ops: list[list[Any]], pending: dict[int, list[int]], results: list[Any],
+                       keep: int | None) -> list[asyncio.Future[None]]:
+        """Start settling every pending group except `keep`'s; each op's result lands in `results`."""
+        session_args = None if session is None else (session["session_id"], session["lock_token"])
+        name = definition["name"]
+        deadline = time.monotonic() + 60.0
+
+        async def apply(k: int, indexes: list[int]) -> None:
+            try:
+                replies = await self._keyed(k, "settle", name, subq, [ops[i] for i in indexes], session_args,
+                                            deadline=deadline, entity=name)
+            except Exception as exc:  # noqa: BLE001 - each op reports what stopped it
+                replies = [exc] * len(indexes)
+            for i, reply in zip(indexes, replies):
+                results[i] = reply
+            if any(ops[i][0] in _RELEASING for i in indexes):
+                self._hint(definition, subq, None if session is None else session["session_id"], k, True)
+
+        started = [asyncio.ensure_future(apply(k, pending.pop(k))) for k in [k for k in pending if k != keep]]
+        return started
 
     def _receiver(self, receiver_id: str, entity: str, subq: int) -> _ReceiverState:
         state = self._receivers.get(receiver_id)
@@ -450,10 +511,7 @@ class Gateway:
         deadline = time.monotonic() + timeout
         definition = await self.definition(entity)
         session_args = None if session is None else (session["session_id"], session["lock_token"])
-        groups: dict[int, list[int]] = {}
-        for i, op in enumerate(ops):
-            k = session["partition"] if session is not None else self._seq_partition(definition, int(op[1]))
-            groups.setdefault(k, []).append(i)
+        groups = self._settlement_groups(definition, session, ops)
         results: list[Any] = [None] * len(ops)
 
         async def apply(k: int, indexes: list[int]) -> None:
@@ -461,7 +519,7 @@ class Gateway:
                                         deadline=deadline, entity=entity)
             for i, reply in zip(indexes, replies):
                 results[i] = reply
-            if any(op[0] in ("abandon", "release") for op in (ops[i] for i in indexes)):
+            if any(ops[i][0] in _RELEASING for i in indexes):
                 self._hint(definition, subq, None if session is None else session["session_id"], k, True)
 
         await asyncio.gather(*(apply(k, idx) for k, idx in groups.items()))

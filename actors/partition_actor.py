@@ -88,6 +88,13 @@ class PartitionActor:
             self._notify()
         return result
 
+    async def run_batch(self, calls: list[tuple[str, tuple[Any, ...]]]) -> list[Any]:
+        """Invoke several engine operations in one call, in order; results in the same order."""
+        results = []
+        for operation, args in calls:
+            results.append(await self.run(operation, *args))
+        return results
+
     async def wait_available(self, entity: str, subq: int, session_id: str | None = None,
                              free_session: bool = False, timeout: float = 5.0) -> bool:
         """Return True as soon as a receive could get a message, or False after `timeout` seconds."""

@@ -64,8 +64,16 @@ def _seconds(name: str, value: Any, low: float, high: float | None) -> float:
         raise InvalidArgumentError(f"{name} must be a timedelta, not {type(value).__name__}")
     if seconds < low or (high is not None and seconds > high) or seconds != seconds:
         limit = f"from {timedelta(seconds=low)} to {timedelta(seconds=high)}" if high else f"at least {timedelta(seconds=low)}"
-        raise InvalidArgumentError(f"{name} must be {limit}, got {timedelta(seconds=seconds)}")
+        raise InvalidArgumentError(f"{name} must be {limit}, got {_describe(seconds)}")
     return seconds
+
+
+def _describe(seconds: float) -> str:
+    """A duration for an error message; NaN and values beyond timedelta's range are shown as numbers."""
+    try:
+        return str(timedelta(seconds=seconds))
+    except (OverflowError, ValueError):
+        return f"{seconds} seconds"
 
 
 def _flag(name: str, value: Any) -> bool:

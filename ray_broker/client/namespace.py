@@ -190,7 +190,7 @@ class Namespace:
     def _flush_receivers(self) -> None:
         for receiver in list(self._receivers):
             if not receiver._closed:
-                receiver.flush()
+                receiver._send_buffered()
 
     # ------------------------------------------------------------------ clients
 

@@ -108,7 +108,7 @@ class Receiver:
         counted) and the session lock."""
         if self._closed:
             return
-        self.flush()
+        self._send_buffered()
         self._closed = True
         self._ns._link.call("close_receiver", self._key, timeout=_OP_TIMEOUT_S)
         if self._session is not None:
@@ -119,7 +119,17 @@ class Receiver:
     # ------------------------------------------------------------------ buffered settlements
 
     def flush(self) -> None:
-        """Send buffered settlements now (receive calls and a short timer otherwise carry them)."""
+        """Send buffered settlements now and raise the first error any buffered settlement met.
+
+        Receive calls and a short timer otherwise carry them; a settlement is confirmed by the
+        broker once a `flush()` (or the receive that carried it) returned without raising.
+        """
+        self._check_open()
+        self._send_buffered()
+        self._settlements.raise_deferred()
+
+    def _send_buffered(self) -> None:
+        """Send buffered settlements, keeping any error for the receiver's next operation."""
         with self._flush_lock:
             ops = self._settlements.drain()
             if not ops:
@@ -134,7 +144,7 @@ class Receiver:
 
     def _flush_later(self) -> None:
         if self._flush_timer is None or not self._flush_timer.is_alive():
-            self._flush_timer = threading.Timer(FLUSH_DELAY_S, self.flush)
+            self._flush_timer = threading.Timer(FLUSH_DELAY_S, self._send_buffered)
             self._flush_timer.daemon = True
             self._flush_timer.start()
 
@@ -143,7 +153,6 @@ class Receiver:
         self._check_open()
         self._settlements.raise_deferred()
         self.flush()
-        self._settlements.raise_deferred()
 
     @property
     def session(self) -> ReceiverSession | None:
@@ -224,7 +233,6 @@ class Receiver:
         deadline = session_until if session_until is not None else message.locked_until_utc.timestamp()
         if self._settlements.add(message, op, deadline):
             self.flush()
-            self._settlements.raise_deferred()
         else:
             self._flush_later()
 

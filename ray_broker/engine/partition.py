@@ -263,9 +263,11 @@ class PartitionEngine:
 
     @staticmethod
     def _dedup_key(env: Mapping[str, Any], opts: Mapping[str, Any]) -> str:
+        """MessageId, plus the partition key (the session id on a session message) when partitioned."""
         key = str(env["message_id"])
-        if opts.get("enable_partitioning") and env.get("partition_key") is not None:
-            key += "\x1f" + str(env["partition_key"])
+        partition_key = env.get("session_id") or env.get("partition_key")
+        if opts.get("enable_partitioning") and partition_key is not None:
+            key += "\x1f" + str(partition_key)
         return key
 
     def cancel_scheduled(self, entity: str, sequence_numbers: Iterable[int]) -> None:
@@ -304,10 +306,12 @@ class PartitionEngine:
         self._activate_due(now, frag.key)
         taken: list[_Row] = []
         with self.store.transaction() as db:
+            after = 0
             while len(taken) < max_count:
-                rows = self._available_rows(db, frag.key, subq, now, max_count - len(taken), session_id)
+                rows = self._available_rows(db, frag.key, subq, now, max_count - len(taken), session_id, after)
                 if not rows:
                     break
+                after = rows[-1].seq
                 usable = self._screen(db, frag, rows, now)
                 taken.extend(usable)
                 if len(usable) == len(rows):
@@ -368,15 +372,16 @@ class PartitionEngine:
                                 (key, session_id)).fetchone()[0])
 
     def _available_rows(self, db: Any, key: str, subq: int, now: float, limit: int,
-                        session_id: str | None) -> list[_Row]:
+                        session_id: str | None, after: int = 0) -> list[_Row]:
+        """Unlocked active messages with a sequence number above `after`, in order."""
         if session_id is None:
             sql = (f"SELECT {_COLS} FROM messages WHERE entity = ? AND subq = ? AND state = 0 AND {_UNLOCKED} "
-                   "ORDER BY seq LIMIT ?")
-            args: tuple[Any, ...] = (key, subq, now, limit)
+                   "AND seq > ? ORDER BY seq LIMIT ?")
+            args: tuple[Any, ...] = (key, subq, now, after, limit)
         else:
             sql = (f"SELECT {_COLS} FROM messages WHERE entity = ? AND subq = ? AND session_id = ? AND state = 0 "
-                   f"AND {_UNLOCKED} ORDER BY seq LIMIT ?")
-            args = (key, subq, session_id, now, limit)
+                   f"AND {_UNLOCKED} AND seq > ? ORDER BY seq LIMIT ?")
+            args = (key, subq, session_id, now, after, limit)
         return [_Row(*r) for r in db.execute(sql, args)]
 
     def _screen(self, db: Any, frag: _Fragment, rows: list[_Row], now: float) -> list[_Row]:
