@@ -472,27 +472,36 @@ class Gateway:
 
     async def _wait_any(self, definition: dict[str, Any], subq: int, session_id: str | None, free_session: bool,
                         hosts: list[int], timeout: float) -> bool:
-        """Wait until some host partition has messages (shared watches, no polling); set hints."""
+        """Wait until some host partition has messages (shared watches, no polling); set hints.
+
+        Partitions in back-off are not watched; a watch that ends without news leaves the others
+        waiting, so a failing partition cannot turn the wait into a busy loop.
+        """
         name = definition["name"]
         key = name.lower()
         watch_for = min(max(timeout, 0.0), WATCH_TIMEOUT_S)
-        tasks = []
+        give_up = time.monotonic() + watch_for + 1.0
+        now = time.monotonic()
+        waiting: set[asyncio.Task[bool]] = set()
         for k in hosts:
+            if not self.health.available(k, now):
+                continue
             wkey = (key, subq, session_id, free_session, k)
             task = self._watches.get(wkey)
             if task is None or task.done():
                 task = asyncio.ensure_future(self._watch(name, subq, session_id, free_session, k, watch_for))
                 self._watches[wkey] = task
                 task.add_done_callback(lambda t, w=wkey: self._watches.pop(w, None) if self._watches.get(w) is t else None)
-            tasks.append(task)
-        done, _ = await asyncio.wait(tasks, timeout=watch_for + 1.0, return_when=asyncio.FIRST_COMPLETED)
-        found = False
-        for task in tasks:
-            if task.done() and not task.cancelled() and task.exception() is None and task.result():
-                found = True
-        if not found and all(t.done() for t in tasks):
-            await asyncio.sleep(0.05)
-        return found
+            waiting.add(task)
+        while waiting:
+            remaining = give_up - time.monotonic()
+            if remaining <= 0:
+                return False
+            done, waiting = await asyncio.wait(waiting, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+            if any(not t.cancelled() and t.exception() is None and t.result() for t in done):
+                return True
+        await asyncio.sleep(0.05)
+        return False
 
     async def _watch(self, entity: str, subq: int, session_id: str | None, free_session: bool, k: int,
                      timeout: float) -> bool:
