@@ -1,0 +1,207 @@
+"""Entity names and options, SKU rules, the persisted namespace configuration and partition health."""
+from __future__ import annotations
+
+import io
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ray_broker import config as config_module
+from ray_broker.config import build_config, check_namespace_name, is_shared_filesystem, load_config
+from ray_broker.entities import (
+    QUEUE_DEFAULTS,
+    QueueProperties,
+    QueueRuntimeProperties,
+    check_entity_name,
+    normalize_queue_options,
+)
+from ray_broker.errors import InvalidArgumentError, InvalidOperationError
+from ray_broker.health import MAX_BACKOFF_S, PartitionHealth
+from ray_broker.sku import SKUS, get_sku, partition_count_for
+
+
+@pytest.mark.parametrize("name", ["a", "A" * 260, "orders.v1-eu_2", "team/orders", "a/b/c", "9lives"])
+def test_valid_entity_names(name: str) -> None:
+    assert check_entity_name(name) == name
+
+
+@pytest.mark.parametrize("name", ["", "a" * 261, "has space", "a$b", "$deadletterqueue", "/a", "a/", "a//b",
+                                  "ümlaut", "a*b", "a\\b", 7, None])
+def test_invalid_entity_names(name: Any) -> None:
+    with pytest.raises(InvalidArgumentError):
+        check_entity_name(name)
+
+
+def test_invalid_argument_is_both_a_value_error_and_an_invalid_operation() -> None:
+    assert issubclass(InvalidArgumentError, ValueError)
+    assert issubclass(InvalidArgumentError, InvalidOperationError)
+
+
+def test_defaults_match_service_bus() -> None:
+    opts = normalize_queue_options({})
+    assert opts == QUEUE_DEFAULTS
+    assert (opts["lock_duration"], opts["max_delivery_count"], opts["duplicate_detection_history_time_window"]) == (
+        60.0, 10, 600.0)
+
+
+def test_durations_are_stored_in_seconds() -> None:
+    opts = normalize_queue_options({"lock_duration": timedelta(minutes=5),
+                                    "duplicate_detection_history_time_window": timedelta(days=7),
+                                    "default_message_time_to_live": timedelta(hours=1)})
+    assert (opts["lock_duration"], opts["duplicate_detection_history_time_window"],
+            opts["default_message_time_to_live"]) == (300.0, 604800.0, 3600.0)
+
+
+@pytest.mark.parametrize(("option", "value"), [
+    ("lock_duration", timedelta(minutes=5, seconds=1)),
+    ("lock_duration", timedelta(0)),
+    ("duplicate_detection_history_time_window", timedelta(seconds=19)),
+    ("duplicate_detection_history_time_window", timedelta(days=7, seconds=1)),
+    ("default_message_time_to_live", timedelta(0)),
+    ("lock_duration", float("nan")),
+    ("lock_duration", float("inf")),
+    ("lock_duration", 1e20),
+    ("lock_duration", "60s"),
+    ("max_delivery_count", 0),
+    ("max_delivery_count", True),
+    ("max_size_in_megabytes", 0),
+    ("requires_session", 1),
+    ("status", "Paused"),
+    ("forward_to", "bad name"),
+    ("no_such_option", 1),
+])
+def test_out_of_range_options_are_invalid_arguments(option: str, value: Any) -> None:
+    with pytest.raises(InvalidArgumentError) as info:
+        normalize_queue_options({option: value})
+    assert isinstance(info.value, ValueError) and isinstance(info.value, InvalidOperationError)
+
+
+def test_update_starts_from_the_current_options() -> None:
+    base = normalize_queue_options({"lock_duration": 10, "max_delivery_count": 3})
+    updated = normalize_queue_options({"max_delivery_count": 5}, base=base)
+    assert (updated["lock_duration"], updated["max_delivery_count"]) == (10.0, 5)
+    assert base["max_delivery_count"] == 3
+
+
+def test_queue_properties_from_a_definition() -> None:
+    definition = {"name": "q", "options": normalize_queue_options({"lock_duration": 30}),
+                  "created_at": 1_700_000_000.0, "updated_at": 1_700_000_001.0}
+    props = QueueProperties.from_definition(definition)
+    assert props.lock_duration == timedelta(seconds=30)
+    assert props.default_message_time_to_live is None
+    assert props.created_at_utc is not None and props.created_at_utc.timestamp() == 1_700_000_000.0
+    assert normalize_queue_options(props.changes()) == definition["options"]
+
+
+def test_runtime_properties_sum_partitions_and_report_limited() -> None:
+    counts = {"active": 2, "dead_letter": 1, "scheduled": 3, "transfer": 0, "transfer_dead_letter": 0, "size": 100}
+    props = QueueRuntimeProperties.aggregate("q", {0: counts, 1: None, 2: counts})
+    assert props.availability == "Limited"
+    assert (props.active_message_count, props.dead_letter_message_count, props.scheduled_message_count,
+            props.total_message_count, props.size_in_bytes) == (4, 2, 6, 12, 200)
+    assert [(p.index, p.available) for p in props.partitions] == [(0, True), (1, False), (2, True)]
+    assert QueueRuntimeProperties.aggregate("q", {0: counts}).availability == "Available"
+
+
+def test_sku_partition_counts() -> None:
+    assert partition_count_for(get_sku("basic"), None) == 16
+    assert partition_count_for(get_sku("Standard"), 16) == 16
+    assert partition_count_for(get_sku("premium"), None) == 1
+    assert partition_count_for(get_sku("premium"), 64) == 64
+    for sku, partitions in (("standard", 4), ("basic", 1), ("premium", 0), ("premium", 65), ("premium", True)):
+        with pytest.raises(InvalidArgumentError):
+            partition_count_for(get_sku(sku), partitions)
+    with pytest.raises(InvalidArgumentError):
+        get_sku("gold")
+
+
+def test_sku_limits_and_features() -> None:
+    assert SKUS["basic"].max_message_bytes == SKUS["standard"].max_message_bytes == 256 * 1024
+    assert SKUS["premium"].max_message_bytes == 1024 * 1024
+    assert SKUS["premium"].all_entities_partitioned
+    SKUS["standard"].require("sessions")
+    with pytest.raises(InvalidOperationError, match="basic"):
+        SKUS["basic"].require("sessions", entity="q")
+
+
+def test_config_is_persisted_and_partition_count_is_immutable(tmp_path: Path) -> None:
+    data = tmp_path / "demo"
+    first = build_config("demo", sku="premium", partitions=4, data_dir=str(data), gateways=2,
+                         durability="normal", node_id="node-1")
+    assert (first.partition_count, first.data_dir, first.node_id) == (4, str(data), "node-1")
+    assert load_config(str(data)) == first
+    again = build_config("demo", sku="premium", partitions=4, data_dir=str(data), gateways=3,
+                         durability="fsync", node_id="node-2")
+    assert (again.gateways, again.durability, again.node_id) == (3, "fsync", "node-1")
+    with pytest.raises(InvalidOperationError, match="never change"):
+        build_config("demo", sku="premium", partitions=8, data_dir=str(data), gateways=1,
+                     durability="normal", node_id=None)
+    with pytest.raises(InvalidOperationError):
+        build_config("demo", sku="standard", partitions=None, data_dir=str(data), gateways=1,
+                     durability="normal", node_id=None)
+    assert load_config(str(data)) == again
+
+
+def test_memory_namespaces_keep_no_files(tmp_path: Path) -> None:
+    cfg = build_config("mem", sku="standard", partitions=None, data_dir=str(tmp_path / "mem"), gateways=1,
+                       durability="memory", node_id="n")
+    assert (cfg.partition_count, cfg.data_dir, cfg.node_id) == (16, None, None)
+    assert not (tmp_path / "mem").exists()
+
+
+def test_default_data_dir_follows_ray_broker_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RAY_BROKER_HOME", str(tmp_path))
+    cfg = build_config("home", sku="standard", partitions=None, data_dir=None, gateways=1,
+                       durability="normal", node_id=None)
+    assert cfg.data_dir == str(tmp_path / "home")
+    assert cfg.partition_name(3) == "home.partition.3" and cfg.gateway_name(0) == "home.gateway.0"
+
+
+@pytest.mark.parametrize(("kwargs", "match"), [
+    ({"gateways": 0}, "gateways"), ({"gateways": 17}, "gateways"), ({"durability": "disk"}, "durability"),
+])
+def test_config_argument_checks(tmp_path: Path, kwargs: dict[str, Any], match: str) -> None:
+    args: dict[str, Any] = {"sku": "standard", "partitions": None, "data_dir": str(tmp_path), "gateways": 1,
+                            "durability": "normal", "node_id": None, **kwargs}
+    with pytest.raises(InvalidArgumentError, match=match):
+        build_config("ns", **args)
+
+
+@pytest.mark.parametrize("name", ["", "1abc", "a_b", "a" * 51, "a.b"])
+def test_namespace_names(name: str) -> None:
+    with pytest.raises(InvalidArgumentError):
+        check_namespace_name(name)
+
+
+def test_shared_filesystem_detection(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert is_shared_filesystem(str(tmp_path)) is False
+    mounts = ("/dev/vda / ext4 rw 0 0\n"
+              "server:/export /mnt/shared nfs4 rw 0 0\n"
+              "/dev/vdb /mnt/shared/local ext4 rw 0 0\n")
+    monkeypatch.setattr(config_module, "open", lambda *a, **k: io.StringIO(mounts), raising=False)
+    assert is_shared_filesystem("/mnt/shared/data") is True
+    assert is_shared_filesystem("/mnt/shared") is True
+    assert is_shared_filesystem("/mnt/shared/local/data") is False
+    assert is_shared_filesystem("/mnt/sharedother") is False
+
+
+def test_shared_data_dir_is_not_pinned_to_a_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(config_module, "is_shared_filesystem", lambda path: True)
+    cfg = build_config("nfs", sku="standard", partitions=None, data_dir=str(tmp_path), gateways=1,
+                       durability="normal", node_id="node-1")
+    assert cfg.node_id is None
+
+
+def test_partition_health_backs_off_and_recovers() -> None:
+    health = PartitionHealth(3)
+    assert health.order([0, 1, 2], now=0.0) == [0, 1, 2]
+    backoffs = [health.failed(1, now=0.0) for _ in range(10)]
+    assert backoffs[:3] == [0.05, 0.1, 0.2] and backoffs[-1] == MAX_BACKOFF_S
+    assert not health.available(1, now=0.0)
+    assert health.order([0, 1, 2], now=0.0) == [0, 2, 1]
+    assert health.available(1, now=MAX_BACKOFF_S)
+    health.failed(2, now=0.0)
+    health.succeeded(2)
+    assert health.available(2, now=0.0)

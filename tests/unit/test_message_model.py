@@ -1,0 +1,153 @@
+"""The message model: validation at construction, the wire form, and the msgpack codec."""
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ray_broker import Message, ReceivedMessage, codec
+from ray_broker.errors import InvalidOperationError
+
+
+def test_bodies_are_bytes_or_str() -> None:
+    assert Message(b"\x00\xff").body == b"\x00\xff"
+    assert Message("grüße").body == "grüße".encode()
+    assert Message(bytearray(b"ab")).body == b"ab"
+    for bad in (123, None, ["a"], {"a": 1}):
+        with pytest.raises(TypeError, match="body"):
+            Message(bad)  # type: ignore[arg-type]
+
+
+def test_a_body_that_is_not_valid_unicode_is_refused() -> None:
+    with pytest.raises(ValueError, match="body"):
+        Message("\ud800")
+
+
+@pytest.mark.parametrize("field", ["message_id", "session_id", "partition_key"])
+def test_ids_are_at_most_128_characters_and_not_empty(field: str) -> None:
+    assert getattr(Message("x", **{field: "i" * 128}), field) == "i" * 128
+    with pytest.raises(ValueError, match="128"):
+        Message("x", **{field: "i" * 129})
+    with pytest.raises(ValueError, match="empty"):
+        Message("x", **{field: ""})
+    with pytest.raises(TypeError):
+        Message("x", **{field: 5})
+
+
+def test_partition_key_must_equal_session_id() -> None:
+    assert Message("x", session_id="s", partition_key="s").partition_key == "s"
+    with pytest.raises(InvalidOperationError, match="partition_key"):
+        Message("x", session_id="s", partition_key="p")
+
+
+def test_a_mismatch_set_after_construction_is_caught_on_send() -> None:
+    msg = Message("x", session_id="s")
+    msg.partition_key = "p"
+    with pytest.raises(InvalidOperationError):
+        msg.to_envelope()
+
+
+@pytest.mark.parametrize("value", [
+    "s", b"b", 0, -(1 << 63), (1 << 63) - 1, 1.5, True, None,
+    datetime(2024, 1, 1, 12, 0), datetime(2024, 1, 1, tzinfo=timezone.utc), uuid.UUID(int=7),
+])
+def test_supported_property_types_are_accepted(value: object) -> None:
+    assert Message("x", application_properties={"k": value}).application_properties == {"k": value}
+
+
+@pytest.mark.parametrize("value", [[1], {"a": 1}, {1, 2}, object(), timedelta(seconds=1), 1j])
+def test_unsupported_property_types_are_a_type_error(value: object) -> None:
+    with pytest.raises(TypeError, match="application_properties"):
+        Message("x", application_properties={"k": value})
+
+
+@pytest.mark.parametrize("value", [1 << 63, -(1 << 63) - 1])
+def test_out_of_range_ints_are_a_value_error(value: int) -> None:
+    with pytest.raises(ValueError, match="64-bit"):
+        Message("x", application_properties={"k": value})
+
+
+def test_property_keys_must_be_str() -> None:
+    with pytest.raises(TypeError, match="keys"):
+        Message("x", application_properties={1: "v"})  # type: ignore[dict-item]
+    with pytest.raises(TypeError, match="mapping"):
+        Message("x", application_properties=[("k", "v")])  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("ttl", [timedelta(0), timedelta(seconds=-1)])
+def test_time_to_live_must_be_positive(ttl: timedelta) -> None:
+    with pytest.raises(ValueError, match="time_to_live"):
+        Message("x", time_to_live=ttl)
+
+
+def test_time_to_live_must_be_a_duration() -> None:
+    with pytest.raises(TypeError, match="time_to_live"):
+        Message("x", time_to_live="10s")  # type: ignore[arg-type]
+    assert Message("x", time_to_live=timedelta(seconds=90)).time_to_live == timedelta(seconds=90)
+
+
+def test_scheduled_time_must_be_a_datetime() -> None:
+    with pytest.raises(TypeError, match="scheduled_enqueue_time_utc"):
+        Message("x", scheduled_enqueue_time_utc=1_700_000_000)  # type: ignore[arg-type]
+
+
+def test_envelope_carries_routing_fields() -> None:
+    when = datetime(2030, 1, 1, tzinfo=timezone.utc)
+    envelope = Message("x", message_id="m", session_id="s", time_to_live=timedelta(seconds=5),
+                       scheduled_enqueue_time_utc=when).to_envelope()
+    assert envelope["size"] == len(envelope["payload"])
+    assert (envelope["message_id"], envelope["session_id"], envelope["ttl"], envelope["scheduled"]) == (
+        "m", "s", 5.0, when.timestamp())
+    assert "partition_key" not in envelope
+
+
+def test_a_naive_scheduled_time_is_taken_as_utc() -> None:
+    envelope = Message("x", scheduled_enqueue_time_utc=datetime(2030, 1, 1)).to_envelope()
+    assert envelope["scheduled"] == datetime(2030, 1, 1, tzinfo=timezone.utc).timestamp()
+
+
+def test_received_message_round_trips_the_sent_message() -> None:
+    props = {"when": datetime(2024, 5, 6, 7, 8, 9, 123456), "id": uuid.uuid4(), "n": -3}
+    envelope = Message("hi", message_id="m", application_properties=props).to_envelope()
+    record = {"payload": envelope["payload"], "sequence_number": (2 << 48) | 9, "enqueued_time": 1.0,
+              "delivery_count": 1, "state": 0, "lock_token": b"\x01" * 16, "locked_until": 61.0}
+    got = ReceivedMessage(record, receiver_key="r")
+    assert (got.body, got.message_id, got.application_properties) == (b"hi", "m", props)
+    assert got.partition_index == 2
+    assert got.lock_token == uuid.UUID(bytes=b"\x01" * 16)
+    assert got.locked_until_utc == datetime.fromtimestamp(61.0, tz=timezone.utc)
+    peeked = ReceivedMessage(record, peeked=True)
+    assert peeked.lock_token is None and peeked.locked_until_utc is None
+
+
+@pytest.mark.parametrize("value", [
+    datetime(2024, 2, 29, 23, 59, 59, 999999),
+    datetime(2024, 2, 29, 23, 59, 59, tzinfo=timezone.utc),
+    datetime(2024, 2, 29, 12, 0, tzinfo=timezone(timedelta(hours=-5, minutes=-30))),
+])
+def test_codec_round_trips_naive_and_aware_datetimes(value: datetime) -> None:
+    back = codec.unpackb(codec.packb({"t": value}))["t"]
+    assert back == value
+    assert back.tzinfo == value.tzinfo
+
+
+def test_codec_round_trips_uuids_and_nested_values() -> None:
+    value = {"u": uuid.UUID("12345678-1234-5678-1234-567812345678"), "l": [1, b"b", None, {"x": 1.5}]}
+    assert codec.unpackb(codec.packb(value)) == value
+
+
+def test_codec_refuses_unknown_types() -> None:
+    with pytest.raises(TypeError, match="set"):
+        codec.packb({1, 2})
+
+
+@given(st.dictionaries(st.text(), st.one_of(
+    st.none(), st.booleans(), st.integers(-(1 << 63), (1 << 63) - 1), st.floats(allow_nan=False),
+    st.text(), st.binary(), st.uuids(), st.datetimes(), st.datetimes(timezones=st.just(timezone.utc)))))
+def test_any_valid_application_properties_survive_the_wire(props: dict[str, object]) -> None:
+    envelope = Message("x", application_properties=props).to_envelope()
+    record = {"payload": envelope["payload"], "sequence_number": 1}
+    assert ReceivedMessage(record).application_properties == props

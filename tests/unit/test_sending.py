@@ -1,0 +1,98 @@
+"""Sending: sequence numbers per partition, entity placement, and what a sent message carries."""
+from __future__ import annotations
+
+from typing import Callable
+
+import pytest
+
+from ray_broker import Message
+from ray_broker.errors import InvalidOperationError, MessagingEntityNotFoundError
+from ray_broker.routing import home_partition, partition_of
+
+from .conftest import Broker
+
+
+def test_partitioned_sequence_numbers_carry_the_partition_index(make_broker: Callable[..., Broker]) -> None:
+    b = make_broker(index=3, partition_count=4)
+    b.create_queue("orders", enable_partitioning=True)
+    seqs = b.send("orders", "a", "b", "c")
+    assert seqs == [(3 << 48) | 1, (3 << 48) | 2, (3 << 48) | 3]
+    assert {partition_of(s) for s in seqs} == {3}
+    assert [m.partition_index for m in b.receive("orders")] == [3, 3, 3]
+
+
+def test_sequence_numbers_are_gap_free_across_calls_and_settlements(broker: Broker) -> None:
+    broker.create_queue("q")
+    first = broker.send("q", "a", "b")
+    for msg in broker.receive("q"):
+        assert broker.settle("q", "complete", msg) is None
+    second = broker.send("q", "c")
+    third = broker.send("q", "d", "e")
+    assert first + second + third == [1, 2, 3, 4, 5]
+
+
+def test_non_partitioned_entity_has_zero_top_bits_on_its_home_partition(make_broker: Callable[..., Broker]) -> None:
+    home = home_partition("billing", 4)
+    b = make_broker(index=home, partition_count=4)
+    b.create_queue("billing")
+    assert b.send("billing", "x", "y") == [1, 2]
+
+
+def test_non_partitioned_entity_is_refused_away_from_its_home(make_broker: Callable[..., Broker]) -> None:
+    away = (home_partition("billing", 4) + 1) % 4
+    b = make_broker(index=away, partition_count=4)
+    b.create_queue("billing")
+    with pytest.raises(InvalidOperationError, match="not partitioned"):
+        b.send("billing", "x")
+
+
+def test_each_entity_has_its_own_counter(make_broker: Callable[..., Broker]) -> None:
+    b = make_broker(index=1, partition_count=2)
+    b.create_queue("p1", enable_partitioning=True)
+    b.create_queue("p2", enable_partitioning=True)
+    assert b.send("p1", "a", "b") == [(1 << 48) | 1, (1 << 48) | 2]
+    assert b.send("p2", "c") == [(1 << 48) | 1]
+
+
+def test_unknown_entity_is_not_found(broker: Broker) -> None:
+    with pytest.raises(MessagingEntityNotFoundError, match="nope"):
+        broker.send("nope", "x")
+
+
+def test_entity_names_are_case_insensitive(broker: Broker) -> None:
+    broker.create_queue("Orders")
+    broker.send("ORDERS", "x")
+    assert broker.bodies(broker.receive("orders")) == [b"x"]
+
+
+def test_received_message_carries_every_sent_field(broker: Broker) -> None:
+    broker.create_queue("q")
+    sent = Message("héllo", message_id="m1", correlation_id="c1", subject="s", to="t", reply_to="r",
+                   reply_to_session_id="rs", content_type="text/plain", partition_key="pk",
+                   application_properties={"n": 7, "f": 1.5, "flag": True, "none": None, "raw": b"\x00"})
+    broker.send("q", sent)
+    (got,) = broker.receive("q")
+    assert got.body == "héllo".encode()
+    for field in ("message_id", "correlation_id", "subject", "to", "reply_to", "reply_to_session_id",
+                  "content_type", "partition_key"):
+        assert getattr(got, field) == getattr(sent, field)
+    assert got.application_properties == sent.application_properties
+    assert got.enqueued_time_utc is not None and got.enqueued_time_utc.timestamp() == broker.clock.now()
+    assert got.enqueued_sequence_number == got.sequence_number == 1
+
+
+def test_session_queue_requires_a_session_id_on_every_message(broker: Broker) -> None:
+    broker.create_queue("sq", requires_session=True)
+    with pytest.raises(InvalidOperationError, match="session_id"):
+        broker.send("sq", Message("a", session_id="s"), Message("b"))
+    assert broker.engine.runtime("sq")["active"] == 0
+    assert broker.send("sq", Message("a", session_id="s")) == [1]
+
+
+def test_receive_reports_whether_more_messages_wait(broker: Broker) -> None:
+    broker.create_queue("q")
+    broker.send("q", "a", "b", "c")
+    first = broker.engine.receive("q", 0, 2)
+    assert len(first["messages"]) == 2 and first["more"] is True
+    rest = broker.engine.receive("q", 0, 2)
+    assert len(rest["messages"]) == 1 and rest["more"] is False
