@@ -61,13 +61,8 @@ def _head_marker() -> Path:
     return Path(home) / "ray-head-address"
 
 
-def running_cluster_address(address: str | None) -> str | None:
-    """The Ray cluster to use: `address`, else `RAY_ADDRESS`, else the cluster that `ray start`
-    last started on this machine if it is still running; None when there is none."""
-    if address:
-        return address
-    if os.environ.get("RAY_ADDRESS"):
-        return os.environ["RAY_ADDRESS"]
+def local_cluster_address() -> str | None:
+    """The address of the cluster that `ray start` last started on this machine, if it is running."""
     from ray._private.services import find_gcs_addresses
     from ray._private.utils import read_ray_address
 
@@ -75,19 +70,28 @@ def running_cluster_address(address: str | None) -> str | None:
     return bootstrap if bootstrap and bootstrap in find_gcs_addresses() else None
 
 
+def running_cluster_address(address: str | None) -> str | None:
+    """The Ray cluster to join: `address`, else `RAY_ADDRESS`, else "auto" when `ray start` started a
+    cluster on this machine that is still running (Ray then also picks up its auth token); None
+    when there is none."""
+    if address:
+        return address
+    if os.environ.get("RAY_ADDRESS"):
+        return os.environ["RAY_ADDRESS"]
+    return "auto" if local_cluster_address() else None
+
+
 def start_ray_head(port: int | None) -> str:
     """Run `ray start --head` and return the new cluster's address."""
-    from ray._private.utils import read_ray_address
-
     command = [_ray_executable(), "start", "--head", "--disable-usage-stats"]
     if port is not None:
         command.append(f"--port={port}")
     result = subprocess.run(command, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         raise CliError(f"`{' '.join(command)}` failed: {(result.stderr or result.stdout).strip().splitlines()[-1:]}")
-    address = read_ray_address()
+    address = local_cluster_address()
     if not address:
-        raise CliError("`ray start --head` did not record the cluster address")
+        raise CliError("`ray start --head` succeeded but its cluster cannot be found; see `ray status`")
     marker = _head_marker()
     marker.parent.mkdir(parents=True, exist_ok=True)
     marker.write_text(address, encoding="utf-8")
@@ -101,7 +105,7 @@ def connect_ray(address: str) -> None:
     from .config import RAY_NAMESPACE
 
     if not ray.is_initialized():
-        ray.init(address=address, namespace=RAY_NAMESPACE, log_to_driver=False, logging_level=logging.WARNING)
+        ray.init(address=address, namespace=RAY_NAMESPACE, log_to_driver=False, logging_level=logging.ERROR)
 
 
 def _attach(args: argparse.Namespace) -> Any:
@@ -131,16 +135,20 @@ def cmd_start(args: argparse.Namespace) -> int:
     """Start a namespace on the running Ray cluster (starting a Ray head if there is none)."""
     import ray_broker as rb
 
+    import ray
+
     address = running_cluster_address(args.address)
     if address is None:
-        address = start_ray_head(args.port)
-        print(f"started a Ray head at {address} (stop it with `ray-broker stop --ray`)")
+        head = start_ray_head(args.port)
+        print(f"started a Ray head at {head} (stop it with `ray-broker stop --ray`)")
+        address = "auto"
     connect_ray(address)
     ns = rb.start(args.namespace, sku=args.sku, partitions=args.partitions, data_dir=args.data_dir,
                   gateways=args.gateways, durability=args.durability, address=address)
     config = ns.config
-    print(f"namespace {ns.name!r} running on {address}: sku={config.sku}, {ns.partition_count} partitions, "
-          f"{config.gateways} gateway(s), durability={config.durability}, data_dir={config.data_dir or '-'}")
+    print(f"namespace {ns.name!r} running on {ray.get_runtime_context().gcs_address}: sku={config.sku}, "
+          f"{ns.partition_count} partitions, {config.gateways} gateway(s), durability={config.durability}, "
+          f"data_dir={config.data_dir or '-'}")
     return 0
 
 
@@ -164,19 +172,23 @@ def cmd_stop(args: argparse.Namespace) -> int:
     else:
         print("no Ray cluster is running here; nothing to stop")
     if args.ray:
-        _stop_ray_head(address)
+        _stop_ray_head()
     return 0
 
 
-def _stop_ray_head(address: str | None) -> None:
+def _stop_ray_head() -> None:
+    """Run `ray stop` if the local cluster is the one `ray-broker start` started."""
     marker = _head_marker()
     started = marker.read_text(encoding="utf-8").strip() if marker.exists() else None
-    if started is None or started != address:
-        print("the running Ray cluster was not started by `ray-broker start`; left running")
-        return
-    subprocess.run([_ray_executable(), "stop"], capture_output=True, check=False)
-    marker.unlink()
-    print(f"Ray head at {address} stopped")
+    address = local_cluster_address()
+    if address is None:
+        print("no Ray head is running here")
+    elif started != address:
+        print(f"the Ray cluster at {address} was not started by `ray-broker start`; left running")
+    else:
+        subprocess.run([_ray_executable(), "stop"], capture_output=True, check=False)
+        marker.unlink()
+        print(f"Ray head at {address} stopped")
 
 
 def cmd_status(args: argparse.Namespace) -> int:

@@ -8,7 +8,7 @@ Times are epoch seconds; lock tokens are 16 random bytes.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
 from .. import codec
@@ -83,6 +83,14 @@ class _Row:
             rec["lock_token"] = self.lock_token
             rec["locked_until"] = self.locked_until
         return rec
+
+
+@dataclass
+class _SettleBatch:
+    """Work gathered while applying a batch of settlements, written once at the end."""
+
+    deletes: list[int] = field(default_factory=list)
+    freed: int = 0
 
 
 @dataclass
@@ -373,16 +381,22 @@ class PartitionEngine:
 
     def _available_rows(self, db: Any, key: str, subq: int, now: float, limit: int,
                         session_id: str | None, after: int = 0) -> list[_Row]:
-        """Unlocked active messages with a sequence number above `after`, in order."""
-        if session_id is None:
-            sql = (f"SELECT {_COLS} FROM messages WHERE entity = ? AND subq = ? AND state = 0 AND {_UNLOCKED} "
-                   "AND seq > ? ORDER BY seq LIMIT ?")
-            args: tuple[Any, ...] = (key, subq, now, after, limit)
-        else:
-            sql = (f"SELECT {_COLS} FROM messages WHERE entity = ? AND subq = ? AND session_id = ? AND state = 0 "
-                   f"AND {_UNLOCKED} AND seq > ? ORDER BY seq LIMIT ?")
-            args = (key, subq, session_id, now, after, limit)
-        return [_Row(*r) for r in db.execute(sql, args)]
+        """Unlocked active messages with a sequence number above `after`, in order.
+
+        Never-locked rows come from the ready index in sequence order; rows whose lock has expired
+        come from the lock-expiry index. Neither query walks past messages that are still locked.
+        """
+        scope = "entity = ? AND subq = ? AND state = 0 AND seq > ?"
+        args: tuple[Any, ...] = (key, subq, after)
+        if session_id is not None:
+            scope += " AND session_id = ?"
+            args = (key, subq, after, session_id)
+        free = db.execute(f"SELECT {_COLS} FROM messages WHERE {scope} AND locked_until IS NULL ORDER BY seq LIMIT ?",
+                          (*args, limit)).fetchall()
+        lapsed = db.execute(f"SELECT {_COLS} FROM messages INDEXED BY messages_ready "
+                            f"WHERE {scope} AND locked_until <= ? ORDER BY seq LIMIT ?", (*args, now, limit)).fetchall()
+        rows = sorted(free + lapsed, key=lambda r: r[0])[:limit] if lapsed else free
+        return [_Row(*r) for r in rows]
 
     def _screen(self, db: Any, frag: _Fragment, rows: list[_Row], now: float) -> list[_Row]:
         """Expire and dead-letter what may no longer be delivered; return the rest."""
@@ -412,14 +426,7 @@ class PartitionEngine:
             "dl_description = ? WHERE entity = ? AND seq = ?", (DEAD_LETTER, reason, description, key, seq))
 
     def _exists_available(self, key: str, subq: int, now: float, session_id: str | None) -> bool:
-        if session_id is None:
-            sql = f"SELECT 1 FROM messages WHERE entity = ? AND subq = ? AND state = 0 AND {_UNLOCKED} LIMIT 1"
-            args: tuple[Any, ...] = (key, subq, now)
-        else:
-            sql = (f"SELECT 1 FROM messages WHERE entity = ? AND subq = ? AND session_id = ? AND state = 0 "
-                   f"AND {_UNLOCKED} LIMIT 1")
-            args = (key, subq, session_id, now)
-        return self.db.execute(sql, args).fetchone() is not None
+        return bool(self._available_rows(self.db, key, subq, now, 1, session_id))
 
     def has_available(self, entity: str, subq: int, session_id: str | None = None, free_session: bool = False) -> bool:
         """Whether a receive could get a message now (for a session, or any unlocked session)."""
@@ -448,37 +455,53 @@ class PartitionEngine:
                 self._held_session(frag, session[0], session[1], now)
             except SessionLockLostError as exc:
                 session_error = exc
+        locks = self._lock_states(frag.key, [int(op[1]) for op in ops])
+        batch = _SettleBatch()
         with self.store.transaction() as db:
             for op in ops:
                 try:
                     if session_error is not None:
                         raise session_error
-                    results.append(self._settle_one(db, frag, subq, op, now, session))
+                    results.append(self._settle_one(db, frag, subq, op, locks, now, session, batch))
                 except ServiceBusError as exc:
                     results.append(exc)
+            db.executemany("DELETE FROM messages WHERE entity = ? AND seq = ?", [(frag.key, s) for s in batch.deletes])
+        self._sizes[frag.key] = self._sizes.get(frag.key, 0) - batch.freed
         return results
 
-    def _settle_one(self, db: Any, frag: _Fragment, subq: int, op: Sequence[Any], now: float,
-                    session: tuple[str, bytes] | None) -> Any:
+    def _lock_states(self, key: str, seqs: list[int]) -> dict[int, list[Any]]:
+        """The lock columns of the given messages, by sequence number (one query per 500)."""
+        states: dict[int, list[Any]] = {}
+        for i in range(0, len(seqs), 500):
+            chunk = seqs[i:i + 500]
+            marks = ",".join("?" * len(chunk))
+            for row in self.db.execute(
+                    f"SELECT seq, subq, state, lock_token, locked_until, delivery_count, size FROM messages "
+                    f"WHERE entity = ? AND seq IN ({marks})", (key, *chunk)):
+                states[row[0]] = list(row)
+        return states
+
+    def _settle_one(self, db: Any, frag: _Fragment, subq: int, op: Sequence[Any], locks: dict[int, list[Any]],
+                    now: float, session: tuple[str, bytes] | None, batch: _SettleBatch) -> Any:
         action, seq, token = op[0], int(op[1]), op[2]
         if action not in SETTLE_ACTIONS:
             raise InvalidOperationError(f"unknown settlement {action!r}")
-        found = db.execute(f"SELECT {_COLS} FROM messages WHERE entity = ? AND seq = ?", (frag.key, seq)).fetchone()
-        row = None if found is None else _Row(*found)
-        if (row is None or row.subq != subq or row.lock_token is None or row.lock_token != token
-                or (session is None and (row.locked_until or 0) <= now)):
+        lock = locks.pop(seq, None)
+        if (lock is None or lock[1] != subq or lock[3] is None or lock[3] != token
+                or (session is None and (lock[4] or 0) <= now)):
             raise MessageLockLostError(
                 f"the lock on message {seq} of {frag.name!r} was lost (it expired, or the message was settled "
                 "or received again); receive the message again", entity=frag.name, partition=self.index)
+        _, row_subq, state, _, _, delivery_count, size = lock
         key = frag.key
         if action == "complete":
-            db.execute("DELETE FROM messages WHERE entity = ? AND seq = ?", (key, seq))
-            self._sizes[key] -= row.size
+            batch.deletes.append(seq)
+            batch.freed += size
         elif action in ("abandon", "release"):
-            count = max(0, row.delivery_count - 1) if action == "release" else row.delivery_count
+            count = max(0, delivery_count - 1) if action == "release" else delivery_count
             db.execute("UPDATE messages SET lock_token = NULL, locked_until = NULL, delivery_count = ? "
                        "WHERE entity = ? AND seq = ?", (count, key, seq))
-            if (action == "abandon" and row.subq == MAIN and row.state == ACTIVE
+            if (action == "abandon" and row_subq == MAIN and state == ACTIVE
                     and count >= frag.options["max_delivery_count"]):
                 self._move_to_dead_letter(db, key, seq, "MaxDeliveryCountExceeded",
                                           f"Message could not be consumed after {count} delivery attempts.")
@@ -486,7 +509,8 @@ class PartitionEngine:
             db.execute("UPDATE messages SET state = ?, lock_token = NULL, locked_until = NULL WHERE entity = ? AND seq = ?",
                        (DEFERRED, key, seq))
         elif action == "dead_letter":
-            if row.subq != MAIN:
+            if row_subq != MAIN:
+                locks[seq] = lock
                 raise InvalidOperationError(
                     f"message {seq} is already in a dead-letter queue of {frag.name!r}; complete it instead",
                     entity=frag.name, partition=self.index)
@@ -495,11 +519,14 @@ class PartitionEngine:
             self._move_to_dead_letter(db, key, seq, reason, description)
         else:
             if session is not None:
+                locks[seq] = lock
                 raise InvalidOperationError(
                     "messages of a session are locked by the session lock; renew it with receiver.session.renew_lock()",
                     entity=frag.name, partition=self.index)
             until = now + frag.options["lock_duration"]
             db.execute("UPDATE messages SET locked_until = ? WHERE entity = ? AND seq = ?", (until, key, seq))
+            lock[4] = until
+            locks[seq] = lock
             return until
         return None
 
@@ -644,7 +671,7 @@ class PartitionEngine:
 
     def _activate_due(self, now: float, key: str | None = None) -> int:
         """Enqueue scheduled messages whose time has come, each with a new sequence number."""
-        sql = "SELECT entity, seq, ttl FROM messages WHERE state = 2 AND visible_at <= ?"
+        sql = "SELECT entity, seq, ttl FROM messages INDEXED BY messages_scheduled WHERE state = 2 AND visible_at <= ?"
         args: tuple[Any, ...] = (now,)
         if key is not None:
             sql += " AND entity = ?"

@@ -46,7 +46,7 @@ CREATE TABLE IF NOT EXISTS messages (
     payload BLOB NOT NULL,
     PRIMARY KEY (entity, seq)
 );
-CREATE INDEX IF NOT EXISTS messages_ready ON messages (entity, subq, state, seq);
+CREATE INDEX IF NOT EXISTS messages_ready ON messages (entity, subq, state, locked_until, seq);
 CREATE INDEX IF NOT EXISTS messages_session ON messages (entity, subq, session_id, state, seq)
     WHERE session_id IS NOT NULL;
 CREATE INDEX IF NOT EXISTS messages_scheduled ON messages (visible_at) WHERE state = 2;
