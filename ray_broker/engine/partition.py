@@ -8,6 +8,7 @@ Times are epoch seconds; lock tokens are 16 random bytes.
 from __future__ import annotations
 
 import os
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -32,6 +33,7 @@ from .store import Store
 MAIN, DEAD_LETTER, TRANSFER_DEAD_LETTER = 0, 1, 2
 ACTIVE, DEFERRED, SCHEDULED = 0, 1, 2
 PEEK_LOCK, RECEIVE_AND_DELETE = "peek_lock", "receive_and_delete"
+RECENTLY_SETTLED_LIMIT = 100_000
 SETTLE_ACTIONS = ("complete", "abandon", "defer", "dead_letter", "release", "renew")
 
 _COLS = (
@@ -91,6 +93,7 @@ class _SettleBatch:
 
     deletes: list[int] = field(default_factory=list)
     freed: int = 0
+    settled: list[tuple[bytes, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -123,6 +126,7 @@ class PartitionEngine:
         self._sizes: dict[str, int] = {}
         self._counters: dict[str, int] = {}
         self._last_housekeeping = self.clock.now()
+        self._recently_settled: OrderedDict[bytes, str] = OrderedDict()
         for key, blob in self.db.execute("SELECT key, definition FROM entities"):
             self._definitions[key] = codec.unpackb(blob)
         for key, size in self.db.execute("SELECT entity, COALESCE(SUM(size), 0) FROM messages GROUP BY entity"):
@@ -463,11 +467,21 @@ class PartitionEngine:
                     if session_error is not None:
                         raise session_error
                     results.append(self._settle_one(db, frag, subq, op, locks, now, session, batch))
+                    if op[0] != "renew":
+                        batch.settled.append((op[2], op[0]))
                 except ServiceBusError as exc:
                     results.append(exc)
             db.executemany("DELETE FROM messages WHERE entity = ? AND seq = ?", [(frag.key, s) for s in batch.deletes])
         self._sizes[frag.key] = self._sizes.get(frag.key, 0) - batch.freed
+        for token, action in batch.settled:
+            self._remember_settled(token, action)
         return results
+
+    def _remember_settled(self, token: bytes, action: str) -> None:
+        """Remember a settlement by lock token, so that a retry of it (after a lost reply) succeeds."""
+        self._recently_settled[token] = action
+        if len(self._recently_settled) > RECENTLY_SETTLED_LIMIT:
+            self._recently_settled.popitem(last=False)
 
     def _lock_states(self, key: str, seqs: list[int]) -> dict[int, list[Any]]:
         """The lock columns of the given messages, by sequence number (one query per 500)."""
@@ -487,6 +501,8 @@ class PartitionEngine:
         if action not in SETTLE_ACTIONS:
             raise InvalidOperationError(f"unknown settlement {action!r}")
         lock = locks.pop(seq, None)
+        if lock is None and token is not None and self._recently_settled.get(token) == action:
+            return None
         if (lock is None or lock[1] != subq or lock[3] is None or lock[3] != token
                 or (session is None and (lock[4] or 0) <= now)):
             raise MessageLockLostError(
