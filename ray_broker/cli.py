@@ -1,8 +1,9 @@
 """The `ray-broker` command line: the demo, namespace lifecycle, queues, messages and benchmarks.
 
-Every command except `demo` works against a Ray cluster that outlives it: `start` joins the
-cluster named by `--address` / `RAY_ADDRESS`, or the one `ray start` last started on this machine,
-and starts one with `ray start --head` if none is running; the other commands attach to it.
+Every command except `demo` and `bench` (each on its own local Ray) works against a Ray cluster
+that outlives it: `start` joins the cluster named by `--address` / `RAY_ADDRESS`, or the one
+`ray start` last started on this machine, and starts one with `ray start --head` if none is
+running; the other commands attach to it.
 """
 from __future__ import annotations
 
@@ -56,9 +57,11 @@ def _ray_executable() -> str:
 
 
 def _head_marker() -> Path:
-    """The file where `ray-broker start` records the address of a Ray head it started."""
-    home = os.environ.get("RAY_BROKER_HOME") or os.path.join(os.path.expanduser("~"), ".ray_broker")
-    return Path(home) / "ray-head-address"
+    """The file where `ray-broker start` records the address of a Ray head it started (beside the
+    namespaces' default data directories; its name is no valid namespace name)."""
+    from .config import default_data_dir
+
+    return Path(default_data_dir(".ray-head-address"))
 
 
 def local_cluster_address() -> str | None:
@@ -88,7 +91,8 @@ def start_ray_head(port: int | None) -> str:
         command.append(f"--port={port}")
     result = subprocess.run(command, capture_output=True, text=True, check=False)
     if result.returncode != 0:
-        raise CliError(f"`{' '.join(command)}` failed: {(result.stderr or result.stdout).strip().splitlines()[-1:]}")
+        last_line = ((result.stderr or result.stdout).strip().splitlines() or ["no output"])[-1]
+        raise CliError(f"`{' '.join(command)}` failed: {last_line}")
     address = local_cluster_address()
     if not address:
         raise CliError("`ray start --head` succeeded but its cluster cannot be found; see `ray status`")
@@ -343,7 +347,8 @@ def _print_message(message: Any, as_json: bool) -> None:
         return
     preview = body if len(body) <= _BODY_PREVIEW else body[:_BODY_PREVIEW - 3] + "..."
     key = message.session_id or message.partition_key or "-"
-    print(f"{message.sequence_number:>20}  p{message.partition_index:<3} {key:<16} {preview}")
+    reason = f"  [dead-lettered: {message.dead_letter_reason}]" if message.dead_letter_reason else ""
+    print(f"{message.sequence_number:>20}  p{message.partition_index:<3} {key:<16} {preview}{reason}")
 
 
 def run_bench(bench_args: list[str]) -> int:

@@ -30,7 +30,10 @@ class NamespaceConfig:
     durability: str
     gateways: int
     node_id: str | None
-    """The node that holds the stores (partitions are pinned there), or None for shared storage."""
+    """The node that holds the stores (partitions are pinned there), or None for shared storage.
+
+    Stores in a local `data_dir` live on the node that starts the namespace, so each start pins
+    the partitions to that node's current id (Ray gives a node a new id when it restarts)."""
 
     def partition_name(self, index: int) -> str:
         """The Ray actor name of partition `index`."""
@@ -96,7 +99,6 @@ def build_config(name: str, *, sku: str, partitions: int | None, data_dir: str |
                 f"namespace {name!r} in {directory} was created as sku={stored.sku!r} with "
                 f"{stored.partition_count} partitions; the partition count and tier can never change "
                 f"(asked for sku={tier.name!r}, {count} partitions). Use another name or data_dir.")
-        pin = stored.node_id if pin is not None and stored.node_id else pin
     config = NamespaceConfig(name, tier.name, count, directory, durability, gateways, pin)
     with open(os.path.join(directory, _CONFIG_FILE), "wb") as out:
         out.write(codec.packb(config.to_dict()))

@@ -18,7 +18,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Iterator, TextIO
 
@@ -70,16 +70,23 @@ class _Plan:
     waiting_keyed: rb.Message
     sessions: list[rb.Message]
 
+    def orders(self) -> list[rb.Message]:
+        """Every message for the orders queue, in the order keyed ones are sent."""
+        return self.before_kill + [self.waiting_keyed] + self.restart_pool + self.after_restart
+
+    def in_send_order(self) -> list[rb.Message]:
+        """Every message: sessions first, then the orders."""
+        return self.sessions + self.orders()
+
     @property
     def total(self) -> int:
-        return (len(self.before_kill) + len(self.restart_pool) + len(self.after_restart) + 1
-                + len(self.sessions))
+        """How many messages the plan sends."""
+        return len(self.sessions) + len(self.orders())
 
 
 def _order(i: int, keyed: bool) -> rb.Message:
-    customer = f"customer-{i % CUSTOMERS}" if keyed else None
-    return rb.Message(f"order {i}", message_id=f"order-{i:06d}", partition_key=customer,
-                      application_properties={"index": i})
+    customer = f"customer-{(i // 2) % CUSTOMERS}" if keyed else None
+    return rb.Message(f"order {i}", message_id=f"order-{i:06d}", partition_key=customer)
 
 
 def _interleave(keyed: list[rb.Message], unkeyed: list[rb.Message]) -> list[rb.Message]:
@@ -90,25 +97,26 @@ def _interleave(keyed: list[rb.Message], unkeyed: list[rb.Message]) -> list[rb.M
 
 
 def build_plan(messages: int) -> _Plan:
-    """Split `messages` into session messages (1.5 %) and orders: half keyed by customer, half unkeyed."""
+    """Split `messages` into session messages (1.5 %) and orders: half keyed by customer, half unkeyed.
+
+    Every message carries its position in send order as the application property "index".
+    """
     session_count = max(SESSIONS, messages * 3 // 200)
     orders = messages - session_count - 1
     keyed = [_order(i, True) for i in range(0, orders, 2)]
     unkeyed = [_order(i, False) for i in range(1, orders, 2)]
     half_k, half_u = len(keyed) // 2, len(unkeyed) // 2
     pool = len(unkeyed) // 4
-    sessions = [rb.Message(f"chat line {i // SESSIONS}", message_id=f"chat-{i:06d}",
-                           session_id=f"chat-{i % SESSIONS}", application_properties={"index": i})
+    sessions = [rb.Message(f"chat line {i // SESSIONS}", message_id=f"chat-{i:06d}", session_id=f"chat-{i % SESSIONS}")
                 for i in range(session_count)]
-    waiting = rb.Message("order for the killed partition", message_id="order-waiting",
-                         partition_key=VICTIM_CUSTOMER, application_properties={"index": orders})
-    return _Plan(before_kill=_interleave(keyed[:half_k], unkeyed[:half_u]),
+    waiting = rb.Message("order for the killed partition", message_id="order-waiting", partition_key=VICTIM_CUSTOMER)
+    plan = _Plan(before_kill=_interleave(keyed[:half_k], unkeyed[:half_u]),
                  restart_pool=unkeyed[half_u:half_u + pool],
                  after_restart=_interleave(keyed[half_k:], unkeyed[half_u + pool:]),
                  waiting_keyed=waiting, sessions=sessions)
-
-
-# ---------------------------------------------------------------------------------------------- steps
+    for index, message in enumerate(plan.in_send_order()):
+        message.application_properties["index"] = index
+    return plan
 
 
 def _send_all(ns: rb.Namespace, queue: str, messages: list[rb.Message], desc: str) -> None:
@@ -217,7 +225,7 @@ def _receive_orders(ns: rb.Namespace, expected: int, received: _Received, bar: t
             bar.update(len(batch))
 
 
-def _receive_sessions(ns: rb.Namespace, per_session: dict[str, int], received: _Received, bar: tqdm) -> None:
+def _receive_sessions(ns: rb.Namespace, per_session: Counter[str], received: _Received, bar: tqdm) -> None:
     for _ in per_session:
         with ns.get_queue_receiver(CHATS, session_id=rb.NEXT_AVAILABLE_SESSION, max_wait_time=10) as receiver:
             assert receiver.session is not None
@@ -244,8 +252,8 @@ def _check(report: DemoReport, name: str, passed: bool, detail: str) -> None:
 
 
 def _verify(plan: _Plan, received: _Received, victim: int, partitions: int, report: DemoReport) -> None:
-    orders = plan.before_kill + plan.restart_pool + plan.after_restart + [plan.waiting_keyed]
-    sent_ids = {m.message_id for m in orders + plan.sessions}
+    orders = plan.orders()
+    sent_ids = {m.message_id for m in plan.in_send_order()}
     keyed = [m for m in orders if m.partition_key is not None]
     kept = sum(1 for m in plan.before_kill if received.partitions.get(m.message_id) == victim)
     report.victim_kept = kept
@@ -258,10 +266,12 @@ def _verify(plan: _Plan, received: _Received, victim: int, partitions: int, repo
     _check(report, "keys pinned", all(received.partitions.get(m.message_id) == partition_for_key(m.partition_key, partitions)
                                       for m in keyed if m.partition_key is not None),
            f"each of the {len(keyed)} keyed orders came from its key's partition")
-    _check(report, "key order", all(_in_order(v) for k, v in received.by_key.items() if k.startswith("customer-")),
-           f"each of the {CUSTOMERS} customers' orders are in send order within their partition")
-    _check(report, "session order", all(_in_order(v) for k, v in received.by_key.items() if k.startswith("chat-")),
-           f"each of the {SESSIONS} sessions was received in send order by one session receiver")
+    customers = [v for k, v in received.by_key.items() if k.startswith("customer-")]
+    sessions = [v for k, v in received.by_key.items() if k.startswith("chat-")]
+    _check(report, "key order", all(_in_order(v) for v in customers),
+           f"each of the {len(customers)} customers' orders are in send order within their partition")
+    _check(report, "session order", all(_in_order(v) for v in sessions),
+           f"each of the {len(sessions)} sessions was received in send order by one session receiver")
 
 
 def _print_runtime(ns: rb.Namespace, report: DemoReport) -> None:
@@ -270,9 +280,10 @@ def _print_runtime(ns: rb.Namespace, report: DemoReport) -> None:
         rt = ns.get_queue_runtime_properties(queue)
         rows.append([queue, rt.availability, rt.active_message_count, rt.dead_letter_message_count,
                      rt.scheduled_message_count, rt.total_message_count, len(rt.partitions)])
-        report.checks[f"{queue} empty"] = rt.total_message_count == 0 and rt.availability == "Available"
     print("\nruntime properties after receiving")
     print(format_table(["queue", "availability", "active", "dead-letter", "scheduled", "total", "partitions"], rows))
+    _check(report, "queues empty", all(row[1] == "Available" and row[5] == 0 for row in rows),
+           "both queues are empty, with every partition available")
 
 
 # ---------------------------------------------------------------------------------------------- the demo
@@ -372,12 +383,8 @@ def _run_steps(ns: rb.Namespace, plan: _Plan, report: DemoReport) -> None:
     received = _Received()
     print()
     with tqdm(total=plan.total, desc="receiving", unit="msg", mininterval=0.5) as bar:
-        expected_orders = plan.total - len(plan.sessions)
-        _receive_orders(ns, expected_orders, received, bar)
-        per_session: dict[str, int] = defaultdict(int)
-        for message in plan.sessions:
-            per_session[str(message.session_id)] += 1
-        _receive_sessions(ns, per_session, received, bar)
+        _receive_orders(ns, len(plan.orders()), received, bar)
+        _receive_sessions(ns, Counter(str(m.session_id) for m in plan.sessions), received, bar)
     report.received = len(received.ids)
     _verify(plan, received, victim, ns.partition_count, report)
     _print_runtime(ns, report)

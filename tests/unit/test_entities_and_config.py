@@ -134,7 +134,7 @@ def test_config_is_persisted_and_partition_count_is_immutable(tmp_path: Path) ->
     assert load_config(str(data)) == first
     again = build_config("demo", sku="premium", partitions=4, data_dir=str(data), gateways=3,
                          durability="fsync", node_id="node-2")
-    assert (again.gateways, again.durability, again.node_id) == (3, "fsync", "node-1")
+    assert (again.gateways, again.durability, again.node_id) == (3, "fsync", "node-2")
     with pytest.raises(InvalidOperationError, match="never change"):
         build_config("demo", sku="premium", partitions=8, data_dir=str(data), gateways=1,
                      durability="normal", node_id=None)
@@ -205,3 +205,13 @@ def test_partition_health_backs_off_and_recovers() -> None:
     health.failed(2, now=0.0)
     health.succeeded(2)
     assert health.available(2, now=0.0)
+
+
+def test_a_restarted_namespace_pins_partitions_to_the_current_node(tmp_path: Path) -> None:
+    """Ray gives a node a new id when it restarts: the stores' node is the one starting the namespace now."""
+    first = build_config("pinned", sku="standard", partitions=None, data_dir=str(tmp_path), gateways=1,
+                         durability="normal", node_id="node-before-restart")
+    again = build_config("pinned", sku="standard", partitions=None, data_dir=str(tmp_path), gateways=1,
+                         durability="normal", node_id="node-after-restart")
+    assert first.node_id == "node-before-restart"
+    assert again.node_id == "node-after-restart"
