@@ -398,7 +398,9 @@ class Gateway:
             carried_indexes = pending.pop(k, [])
             if carried_indexes:
                 calls.append(("settle", (entity, subq, [settlements[i] for i in carried_indexes], session_args)))
-            calls.append(("receive", (entity, subq, need + extra, mode, session_args)))
+            seen = 0 if session is None else max([int(session.get("seen", 0))]
+                                                  + [r["sequence_number"] for _, r in state.cache])
+            calls.append(("receive", (entity, subq, need + extra, mode, session_args, seen)))
             try:
                 replies = await self._await(k, self._partition(k).run_batch.remote(calls), ATTEMPT_TIMEOUT_S)
             except _Unavailable:

@@ -72,6 +72,7 @@ class Receiver:
         self._closed = False
         self._session: ReceiverSession | None = None
         self._peek_from = 0
+        self._session_seen = 0
         self._settlements = SettlementBuffer()
         self._flush_timer: threading.Timer | None = None
         self._flush_lock = threading.Lock()
@@ -174,6 +175,8 @@ class Receiver:
         count = check_count(max_message_count)
         wait = wait_seconds(max_wait_time, self._target.max_wait_time)
         session = self._session_lock()
+        if session is not None:
+            session = dict(session, seen=self._session_seen)
         target = self._target
         with self._flush_lock:
             ops = self._settlements.drain()
@@ -185,7 +188,10 @@ class Receiver:
                     self._settlements.fail(exc)
                 raise
         self._settlements.record(reply["settled"])
-        return [ReceivedMessage(r, receiver_key=self._key) for r in reply["messages"]]
+        messages = [ReceivedMessage(r, receiver_key=self._key) for r in reply["messages"]]
+        if messages and session is not None:
+            self._session_seen = max(self._session_seen, max(m.sequence_number for m in messages))
+        return messages
 
     def __iter__(self) -> Iterator[ReceivedMessage]:
         """Messages one by one; stops after `max_wait_time` without a message."""

@@ -304,12 +304,16 @@ class PartitionEngine:
     # ------------------------------------------------------------------ receiving
 
     def receive(self, entity: str, subq: int, max_count: int, mode: str = PEEK_LOCK,
-                session: tuple[str, bytes] | None = None) -> dict[str, Any]:
+                session: tuple[str, bytes] | None = None, session_seen: int | None = None) -> dict[str, Any]:
         """Take up to `max_count` available messages in sequence order.
 
         Returns `{"messages": [record, ...], "more": bool}`; `more` says whether further messages
         are available right now. In peek-lock mode each message is locked and its delivery count
         raised; in receive-and-delete mode it is removed.
+
+        A session receiver passes `session_seen`, the highest sequence number it has received in
+        the session: messages locked under its session lock above that number were lost on their
+        way (a crash between lock and reply) and are handed out again first, keeping session order.
         """
         frag = self._fragment(entity)
         self._check_receivable(frag)
@@ -328,6 +332,11 @@ class PartitionEngine:
                 taken.extend(usable)
                 if len(usable) == len(rows):
                     break
+            unseen = (self._unseen_in_session(db, frag.key, subq, session_id, session_seen, now, max_count)
+                      if session_id is not None and session_seen is not None and mode == PEEK_LOCK else [])
+            if unseen:
+                taken = sorted(unseen + taken, key=lambda r: r.seq)[:max_count]
+                resent = {r.seq for r in unseen}
             if mode == RECEIVE_AND_DELETE:
                 db.executemany("DELETE FROM messages WHERE entity = ? AND seq = ?", [(frag.key, r.seq) for r in taken])
                 for row in taken:
@@ -335,17 +344,27 @@ class PartitionEngine:
                     row.lock_token = None
             else:
                 until = self._session_until(db, frag.key, session_id) if session_id else now + frag.options["lock_duration"]
-                for row in taken:
+                fresh = [r for r in taken if not unseen or r.seq not in resent]
+                for row in fresh:
                     row.lock_token = os.urandom(16)
                     row.locked_until = until
                     row.delivery_count += 1
                 db.executemany(
                     "UPDATE messages SET lock_token = ?, locked_until = ?, delivery_count = ? WHERE entity = ? AND seq = ?",
-                    [(r.lock_token, r.locked_until, r.delivery_count, frag.key, r.seq) for r in taken])
+                    [(r.lock_token, r.locked_until, r.delivery_count, frag.key, r.seq) for r in fresh])
         if mode == RECEIVE_AND_DELETE:
             self._sizes[frag.key] -= sum(r.size for r in taken)
         more = len(taken) >= max_count and self._exists_available(frag.key, subq, now, session_id)
         return {"messages": [r.record() for r in taken], "more": more}
+
+    @staticmethod
+    def _unseen_in_session(db: Any, key: str, subq: int, session_id: str, seen: int, now: float,
+                           limit: int) -> list[_Row]:
+        """Messages locked under the held session lock that its receiver has not received."""
+        return [_Row(*r) for r in db.execute(
+            f"SELECT {_COLS} FROM messages WHERE entity = ? AND subq = ? AND session_id = ? AND state = 0 "
+            "AND lock_token IS NOT NULL AND locked_until > ? AND seq > ? ORDER BY seq LIMIT ?",
+            (key, subq, session_id, now, int(seen), limit))]
 
     def _check_receivable(self, frag: _Fragment) -> None:
         if frag.options["status"] in RECEIVE_BLOCKING:
@@ -655,7 +674,11 @@ class PartitionEngine:
         return until
 
     def release_session(self, entity: str, session_id: str, token: bytes) -> None:
-        """Give a session back; its unsettled messages return without counting a delivery."""
+        """Give a session back; the messages it received but did not settle become available again.
+
+        Their deliveries were counted when they were received, so the next delivery of each has a
+        higher count (messages a gateway cached but never handed out are released one by one
+        beforehand, without counting)."""
         frag = self._fragment(entity)
         row = self.db.execute("SELECT lock_token FROM sessions WHERE entity = ? AND session_id = ?",
                               (frag.key, session_id)).fetchone()
@@ -664,9 +687,8 @@ class PartitionEngine:
         with self.store.transaction() as db:
             db.execute("UPDATE sessions SET lock_token = NULL, locked_until = NULL WHERE entity = ? AND session_id = ?",
                        (frag.key, session_id))
-            db.execute("UPDATE messages SET lock_token = NULL, locked_until = NULL, "
-                       "delivery_count = MAX(delivery_count - 1, 0) WHERE entity = ? AND subq = 0 AND session_id = ? "
-                       "AND lock_token IS NOT NULL", (frag.key, session_id))
+            db.execute("UPDATE messages SET lock_token = NULL, locked_until = NULL WHERE entity = ? AND subq = 0 "
+                       "AND session_id = ? AND lock_token IS NOT NULL", (frag.key, session_id))
 
     def get_session_state(self, entity: str, session_id: str, token: bytes) -> bytes | None:
         """The session's state blob (None if never set)."""

@@ -4,7 +4,8 @@ from __future__ import annotations
 import pytest
 
 from ray_broker import Message
-from ray_broker.engine.partition import DEAD_LETTER, MAIN
+from ray_broker.engine.partition import DEAD_LETTER, MAIN, PEEK_LOCK
+from ray_broker.message import ReceivedMessage
 from ray_broker.errors import (
     InvalidOperationError,
     MessageNotFoundError,
@@ -166,7 +167,8 @@ def test_session_state_outlives_the_lock_and_the_messages(broker: Broker, sq: st
     assert broker.engine.get_session_state(sq, *second) == b"kept"
 
 
-def test_releasing_a_session_returns_its_messages_without_counting_a_delivery(broker: Broker, sq: str) -> None:
+def test_releasing_a_session_returns_its_messages_and_their_next_delivery_counts_higher(
+        broker: Broker, sq: str) -> None:
     send_to(broker, sq, ("a", "a1"), ("a", "a2"))
     first = accept(broker, sq, "a")
     assert [m.delivery_count for m in broker.receive(sq, session=first)] == [1, 1]
@@ -175,7 +177,20 @@ def test_releasing_a_session_returns_its_messages_without_counting_a_delivery(br
         broker.receive(sq, session=first)
     second = accept(broker, sq, None)
     got = broker.receive(sq, session=second)
-    assert [(m.body, m.delivery_count) for m in got] == [(b"a1", 1), (b"a2", 1)]
+    assert [(m.body, m.delivery_count) for m in got] == [(b"a1", 2), (b"a2", 2)]
+
+
+def test_a_session_receive_hands_out_again_what_its_receiver_never_got(broker: Broker, sq: str) -> None:
+    """A reply lost between lock and receiver (a crash): the next receive, told the highest sequence
+    number its receiver has, returns the lost messages first, so session order holds."""
+    send_to(broker, sq, *[("a", f"a{i}") for i in range(6)])
+    held = accept(broker, sq, "a")
+    first = broker.engine.receive(sq, MAIN, 2, PEEK_LOCK, held, session_seen=0)["messages"]
+    broker.engine.receive(sq, MAIN, 2, PEEK_LOCK, held, session_seen=first[-1]["sequence_number"])
+    again = broker.engine.receive(sq, MAIN, 3, PEEK_LOCK, held, session_seen=first[-1]["sequence_number"])
+    bodies = [ReceivedMessage(r).body for r in again["messages"]]
+    assert bodies == [b"a2", b"a3", b"a4"]
+    assert [r["delivery_count"] for r in again["messages"]] == [1, 1, 1]
 
 
 def test_releasing_with_a_stale_token_changes_nothing(broker: Broker, sq: str) -> None:
