@@ -19,6 +19,9 @@ from .receiver import Receiver
 from .sender import Sender
 
 _MANAGEMENT_TIMEOUT_S = 60.0
+LOCAL_RAY_SYSTEM_CONFIG = {"max_direct_call_object_size": 1024 * 1024}
+"""Settings for a local Ray that the library starts: a batch of messages (up to 1 MB on premium)
+travels inline with its call instead of through the object store."""
 
 
 def ensure_ray(address: str | None = None) -> None:
@@ -27,7 +30,7 @@ def ensure_ray(address: str | None = None) -> None:
         return
     if address is None:
         ray.init(namespace=RAY_NAMESPACE, include_dashboard=False, log_to_driver=False,
-                 configure_logging=False)
+                 configure_logging=False, _system_config=LOCAL_RAY_SYSTEM_CONFIG)
     else:
         ray.init(address=address, namespace=RAY_NAMESPACE, log_to_driver=False)
 

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import threading
+import time
 import uuid
+import weakref
 from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Iterator
@@ -29,6 +31,43 @@ if TYPE_CHECKING:
 _OP_TIMEOUT_S = 60.0
 FLUSH_DELAY_S = 0.05
 """How long a settlement waits for a receive call to carry it before it is sent on its own."""
+
+
+class _FlushScheduler:
+    """One background thread that sends receivers' buffered settlements when their delay is up."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._due: dict[int, tuple[float, weakref.ref[Receiver]]] = {}
+        self._thread: threading.Thread | None = None
+
+    def schedule(self, receiver: Receiver, delay: float) -> None:
+        """Flush `receiver` after `delay` seconds (once, however often it is scheduled meanwhile)."""
+        with self._cond:
+            if id(receiver) not in self._due:
+                self._due[id(receiver)] = (time.monotonic() + delay, weakref.ref(receiver))
+                self._cond.notify()
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="ray-broker-flush", daemon=True)
+                self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._due:
+                    self._cond.wait()
+                now = time.monotonic()
+                ready = [key for key, (when, _) in self._due.items() if when <= now]
+                if not ready:
+                    self._cond.wait(min(when for when, _ in self._due.values()) - now)
+                    continue
+                receivers = [self._due.pop(key)[1]() for key in ready]
+            for receiver in receivers:
+                if receiver is not None and not receiver._closed:
+                    receiver._send_buffered()
+
+
+_FLUSHER = _FlushScheduler()
 
 
 class ReceiverSession:
@@ -74,7 +113,6 @@ class Receiver:
         self._peek_from = 0
         self._session_seen = 0
         self._settlements = SettlementBuffer()
-        self._flush_timer: threading.Timer | None = None
         self._flush_lock = threading.Lock()
         self.entity_path = target.entity
         self.receive_mode = target.mode
@@ -143,11 +181,6 @@ class Receiver:
                 return
             self._settlements.record(results)
 
-    def _flush_later(self) -> None:
-        if self._flush_timer is None or not self._flush_timer.is_alive():
-            self._flush_timer = threading.Timer(FLUSH_DELAY_S, self._send_buffered)
-            self._flush_timer.daemon = True
-            self._flush_timer.start()
 
     def _before_operation(self) -> None:
         """Raise what a buffered settlement met, then send the rest before another kind of call."""
@@ -240,7 +273,7 @@ class Receiver:
         if self._settlements.add(message, op, deadline):
             self.flush()
         else:
-            self._flush_later()
+            _FLUSHER.schedule(self, FLUSH_DELAY_S)
 
     def complete_message(self, message: ReceivedMessage, *, transaction: Any = None) -> None:
         """Remove the message from the entity."""
