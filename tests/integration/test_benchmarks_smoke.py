@@ -1,0 +1,79 @@
+"""The benchmark instruments in tiny configurations: each produces a well-formed JSON document.
+
+No timing is asserted: these runs are far too small (and the machine too shared) to mean anything.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from benchmarks import p5_memory, p6_recovery, scale, suite
+from benchmarks.baselines import redis_server
+
+pytestmark = pytest.mark.ray
+
+
+def well_formed(doc: dict[str, Any], name: str) -> dict[str, Any]:
+    """The document survives a JSON round trip, names its benchmark and the machine, and its
+    targets carry a value, a threshold and a verdict."""
+    doc = json.loads(json.dumps(doc))
+    assert doc["benchmark"] == name
+    assert doc["machine"]["cpu_count"] >= 1
+    for target in doc.get("targets", []):
+        assert isinstance(target["value"], (int, float))
+        assert isinstance(target["threshold"], (int, float))
+        assert isinstance(target["met"], bool)
+    return doc
+
+
+def test_suite_main_prints_one_json_document_with_p1_and_p3(ray_instance: None,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--rounds", "1", "--batches", "2", "--warmup", "1", "--samples", "3", "--gap", "0.01", "--no-redis"]
+    assert suite.main(argv) == 0
+    captured = capsys.readouterr()
+    doc = well_formed(json.loads(captured.out), "suite")
+    assert "P1 throughput" in captured.err and "P3 latency" in captured.err
+    p1, p3 = well_formed(doc["p1"], "p1_throughput"), well_formed(doc["p3"], "p3_latency")
+    assert set(p1["results"]) == {"ray_queue", "raw_actor", "partitioned_16", "non_partitioned_1"}
+    assert all(r["msgs_per_s"] > 0 for r in p1["results"].values())
+    assert p1["messages_left_after_run"] == {"partitioned_16": 0, "non_partitioned_1": 0}
+    assert set(p3["results"]) == {"raw_actor_round_trip", "partitioned_16", "non_partitioned_1", "ray_queue"}
+    assert all(r["n"] == 3 for r in p3["results"].values())
+    assert p1["notes"] == p3["notes"] == ["Redis baseline switched off (--no-redis)"]
+    assert set(doc["ratios"]) == {"p1_partitioned_16_vs_ray_queue", "p1_non_partitioned_1_vs_ray_queue",
+                                  "p3_partitioned_16_vs_non_partitioned_1"}
+
+
+def test_redis_baseline_runs_or_says_why_not() -> None:
+    with redis_server() as (client, note):
+        assert (client is None) == (note is not None)
+        if client is not None:
+            assert client.ping()
+
+
+def test_scale_covers_every_partition_and_client_count(ray_instance: None) -> None:
+    config = scale.ScaleConfig(partitions=[1, 2], clients=[1, 2], batches=2, warmup=1, batch_size=10)
+    doc = well_formed(scale.run(config), "scale")
+    assert [(p["partitions"], p["clients"]) for p in doc["results"]] == [(1, 1), (1, 2), (2, 1), (2, 2)]
+    assert all(len(p["per_client_msgs_per_s"]) == p["clients"] for p in doc["results"])
+    assert set(doc["baselines"]["ray_queue_by_clients"]) == {"1", "2"}
+    assert scale.table(doc)
+
+
+def test_p5_samples_every_partition(ray_instance: None) -> None:
+    config = p5_memory.P5Config(messages=300, batch_size=100, sample_every=100)
+    doc = well_formed(p5_memory.run(config), "p5_memory")
+    assert doc["fill"]["backlog_reported"] == 300
+    assert [s["label"] for s in doc["results"]["samples"]][0] == "idle"
+    assert len(doc["results"]["peak_rss_mb_by_partition"]) == 16
+    assert p5_memory.table(doc)
+
+
+def test_p6_recovers_without_losing_messages(ray_instance: None) -> None:
+    config = p6_recovery.P6Config(messages=200, trials=1, batch_size=100)
+    doc = well_formed(p6_recovery.run(config), "p6_recovery")
+    assert doc["results"]["messages_lost"] == 0
+    assert doc["results"]["trials"][0]["restarted"] is True
+    assert p6_recovery.table(doc)
