@@ -572,7 +572,8 @@ class Gateway:
 
     async def peek(self, entity: str, subq: int, session: dict[str, Any] | None, from_sequence: int,
                    max_count: int) -> list[dict[str, Any]]:
-        """Browse messages in sequence-number order from `from_sequence`, across partitions in index order."""
+        """Browse messages in sequence-number order from `from_sequence`, across partitions in index order
+        (all partitions are asked at once)."""
         definition = await self.definition(entity)
         if session is not None:
             hosts = [session["partition"]]
@@ -580,17 +581,12 @@ class Gateway:
             hosts = list(range(min(partition_of(from_sequence), self.count), self.count))
         else:
             hosts = self._hosts(definition)
-        out: list[dict[str, Any]] = []
-        for k in hosts:
-            start = from_sequence if (k == hosts[0]) else (k << 48)
-            deadline = time.monotonic() + 30.0
-            records = await self._keyed(k, "peek", entity, subq, start, max_count - len(out),
-                                        None if session is None else session["session_id"],
-                                        deadline=deadline, entity=entity)
-            out.extend(records)
-            if len(out) >= max_count:
-                break
-        return out
+        deadline = time.monotonic() + 30.0
+        session_id = None if session is None else session["session_id"]
+        pages = await asyncio.gather(*(
+            self._keyed(k, "peek", entity, subq, from_sequence if k == hosts[0] else (k << 48), max_count, session_id,
+                        deadline=deadline, entity=entity) for k in hosts))
+        return sorted((r for page in pages for r in page), key=lambda r: r["sequence_number"])[:max_count]
 
     # ------------------------------------------------------------------ sessions
 
