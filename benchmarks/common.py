@@ -20,12 +20,13 @@ import tempfile
 import threading
 import time
 import uuid
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence, TypeVar
 
 import psutil
 import ray
 
 import ray_broker as rb
+from ray_broker.client.namespace import ensure_ray as start_local_ray
 
 RAY_NAMESPACE = "ray_broker"
 """The Ray namespace of every broker actor (API.md, operations contract)."""
@@ -35,14 +36,18 @@ Channel = tuple[Callable[[float], "tuple[int, float] | None"], Callable[[int], N
 of the message received with the `time.perf_counter()` it arrived at (or None); `send_one(tag)`
 sends one message carrying `tag`."""
 
+C = TypeVar("C")
+"""A benchmark's configuration type."""
+
 
 # ---------------------------------------------------------------------- Ray and namespaces
 
 def ensure_ray() -> bool:
-    """Start a local Ray in the broker's Ray namespace unless Ray is up; True if this call started it."""
+    """Start the local Ray a user of the library gets (its namespace and settings) unless Ray is
+    up; True if this call started it."""
     if ray.is_initialized():
         return False
-    ray.init(namespace=RAY_NAMESPACE, include_dashboard=False, log_to_driver=False)
+    start_local_ray()
     return True
 
 
@@ -252,6 +257,15 @@ def emit(document: dict[str, Any], table: str, json_path: str | None = None) -> 
     sys.stderr.flush()
     sys.stdout.write(text)
     sys.stdout.flush()
+
+
+def run_and_emit(run: Callable[[C], dict[str, Any]], table: Callable[[dict[str, Any]], str], config: C,
+                 json_path: str | None) -> int:
+    """Run one benchmark on a Ray session of its own, print its document and table; the exit status."""
+    with ray_session():
+        doc = run(config)
+    emit(doc, table(doc), json_path)
+    return 0
 
 
 def parser(description: str) -> argparse.ArgumentParser:

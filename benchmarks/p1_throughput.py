@@ -23,14 +23,13 @@ from .common import (
     PhaseClock,
     broker_namespace,
     drain_received,
-    emit,
     format_table,
     machine_info,
     make_body,
     median,
     parser,
-    ray_session,
     ratio,
+    run_and_emit,
     target,
     targets_table,
 )
@@ -168,10 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     config = P1Config(batches=args.batches, warmup=args.warmup, rounds=args.rounds, batch_size=args.batch_size,
                       body_size=args.body_size, durability=args.durability, redis=not args.no_redis)
-    with ray_session():
-        doc = run(config)
-    emit(doc, table(doc), args.json)
-    return 0
+    return run_and_emit(run, table, config, args.json)
 
 
 if __name__ == "__main__":

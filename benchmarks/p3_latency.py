@@ -21,14 +21,13 @@ from .baselines import RawActorBaseline, RayQueueBaseline, RedisBaseline, redis_
 from .common import (
     Channel,
     broker_namespace,
-    emit,
     format_table,
     interleaved_latency,
     machine_info,
     make_body,
     parser,
-    ray_session,
     ratio,
+    run_and_emit,
     summarize_ms,
     target,
     targets_table,
@@ -142,10 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     config = P3Config(samples=args.samples, warmup=args.warmup, gap=args.gap, body_size=args.body_size,
                       durability=args.durability, redis=not args.no_redis)
-    with ray_session():
-        doc = run(config)
-    emit(doc, table(doc), args.json)
-    return 0
+    return run_and_emit(run, table, config, args.json)
 
 
 if __name__ == "__main__":

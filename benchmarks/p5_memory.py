@@ -25,7 +25,6 @@ from .baselines import PayloadActor
 from .common import (
     broker_namespace,
     drain_received,
-    emit,
     format_table,
     gateway_pid,
     machine_info,
@@ -33,8 +32,8 @@ from .common import (
     parser,
     partition_pids,
     rate,
-    ray_session,
     ratio,
+    run_and_emit,
     target,
 )
 
@@ -162,10 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     config = P5Config(messages=args.messages, batch_size=args.batch_size, body_size=args.body_size,
                       sample_every=args.sample_every, limit_mb=args.limit_mb, durability=args.durability)
-    with ray_session():
-        doc = run(config)
-    emit(doc, table(doc), args.json)
-    return 0
+    return run_and_emit(run, table, config, args.json)
 
 
 if __name__ == "__main__":

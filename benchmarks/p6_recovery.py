@@ -25,7 +25,6 @@ import ray_broker as rb
 from .baselines import PayloadActor
 from .common import (
     broker_namespace,
-    emit,
     format_table,
     machine_info,
     make_body,
@@ -33,8 +32,8 @@ from .common import (
     parser,
     partition_pids,
     rate,
-    ray_session,
     ratio,
+    run_and_emit,
     target,
 )
 
@@ -168,10 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     config = P6Config(messages=args.messages, trials=args.trials, body_size=args.body_size,
                       durability=args.durability)
-    with ray_session():
-        doc = run(config)
-    emit(doc, table(doc), args.json)
-    return 0
+    return run_and_emit(run, table, config, args.json)
 
 
 if __name__ == "__main__":

@@ -23,15 +23,14 @@ import ray_broker as rb
 from .baselines import RayQueueBaseline, distinct_bodies, queue_cycle
 from .common import (
     broker_namespace,
-    emit,
     format_table,
     int_list,
     machine_info,
     make_body,
     parser,
     rate,
-    ray_session,
     ratio,
+    run_and_emit,
 )
 from .p1_throughput import broker_cycle
 
@@ -146,10 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     config = ScaleConfig(partitions=args.partitions, clients=args.clients, batches=args.batches, warmup=args.warmup,
                          body_size=args.body_size, durability=args.durability)
-    with ray_session():
-        doc = run(config)
-    emit(doc, table(doc), args.json)
-    return 0
+    return run_and_emit(run, table, config, args.json)
 
 
 if __name__ == "__main__":

@@ -252,9 +252,7 @@ def _flags(queue: Any) -> str:
 
 
 def cmd_queue(args: argparse.Namespace) -> int:
-    """Create, delete or list queues."""
-    from datetime import timedelta
-
+    """Create, delete or list queues (durations are given in seconds)."""
     ns = _attach(args)
     if args.queue_command == "list":
         queues = ns.list_queues()
@@ -267,10 +265,10 @@ def cmd_queue(args: argparse.Namespace) -> int:
         options: dict[str, Any] = {
             "enable_partitioning": args.partitioned, "requires_session": args.sessions,
             "requires_duplicate_detection": args.duplicate_detection,
-            "lock_duration": timedelta(seconds=args.lock_duration), "max_delivery_count": args.max_delivery_count,
+            "lock_duration": args.lock_duration, "max_delivery_count": args.max_delivery_count,
         }
         if args.ttl is not None:
-            options["default_message_time_to_live"] = timedelta(seconds=args.ttl)
+            options["default_message_time_to_live"] = args.ttl
         queue = ns.create_queue(args.name, **options)
         print(f"queue {queue.name!r} created ({_flags(queue)})")
     else:

@@ -10,11 +10,11 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
 from typing import Any, Mapping
 
-from .clock import to_datetime
+from .clock import MAX_DURATION_SECONDS, duration_seconds, to_datetime
 from .errors import InvalidArgumentError
 
 MAX_NAME_LENGTH = 260
-_NAME_RE = re.compile(r"^[A-Za-z0-9._\-/]+$")
+_NAME_RE = re.compile(r"[A-Za-z0-9._\-/]+")
 MAX_LOCK_SECONDS = 300.0
 MIN_DUP_WINDOW_SECONDS = 20.0
 MAX_DUP_WINDOW_SECONDS = 7 * 24 * 3600.0
@@ -45,7 +45,7 @@ def check_entity_name(name: Any, what: str = "entity") -> str:
         raise InvalidArgumentError(f"{what} name must be a str, not {type(name).__name__}")
     if not 1 <= len(name) <= MAX_NAME_LENGTH:
         raise InvalidArgumentError(f"{what} name must be 1 to {MAX_NAME_LENGTH} characters, got {len(name)}")
-    if not _NAME_RE.match(name) or name.startswith("/") or name.endswith("/") or "//" in name:
+    if not _NAME_RE.fullmatch(name) or name.startswith("/") or name.endswith("/") or "//" in name:
         raise InvalidArgumentError(
             f"{what} name {name!r} is invalid: use letters, digits, '.', '-', '_' and '/' "
             "(not at the start or end, and not doubled)"
@@ -55,16 +55,13 @@ def check_entity_name(name: Any, what: str = "entity") -> str:
     return name
 
 
-def _seconds(name: str, value: Any, low: float, high: float | None) -> float:
-    if isinstance(value, timedelta):
-        seconds = value.total_seconds()
-    elif isinstance(value, (int, float)) and not isinstance(value, bool):
-        seconds = float(value)
-    else:
+def _seconds(name: str, value: Any, low: float, high: float) -> float:
+    seconds = duration_seconds(value)
+    if seconds is None:
         raise InvalidArgumentError(f"{name} must be a timedelta, not {type(value).__name__}")
-    if seconds < low or (high is not None and seconds > high) or seconds != seconds:
-        limit = f"from {timedelta(seconds=low)} to {timedelta(seconds=high)}" if high else f"at least {timedelta(seconds=low)}"
-        raise InvalidArgumentError(f"{name} must be {limit}, got {_describe(seconds)}")
+    if not low <= seconds <= high:
+        raise InvalidArgumentError(
+            f"{name} must be from {timedelta(seconds=low)} to {timedelta(seconds=high)}, got {_describe(seconds)}")
     return seconds
 
 
@@ -104,7 +101,7 @@ def normalize_queue_options(options: Mapping[str, Any], *, base: Mapping[str, An
         elif key == "lock_duration":
             result[key] = _seconds(key, value, 1.0, MAX_LOCK_SECONDS)
         elif key == "default_message_time_to_live":
-            result[key] = None if value is None else _seconds(key, value, 1.0, None)
+            result[key] = None if value is None else _seconds(key, value, 1.0, MAX_DURATION_SECONDS)
         elif key == "max_delivery_count":
             result[key] = _positive_int(key, value, 2_000_000_000)
         elif key == "max_size_in_megabytes":

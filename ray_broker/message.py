@@ -6,18 +6,18 @@ inside an actor. Between client and partitions a message travels as a plain dict
 from __future__ import annotations
 
 import enum
-import math
 import uuid
 from datetime import datetime, timedelta
 from typing import Any, Mapping
 
 from . import codec
-from .clock import to_datetime, to_epoch
-from .errors import InvalidOperationError
+from .clock import MAX_DURATION_SECONDS, duration_seconds, to_datetime, to_epoch
+from .errors import InvalidArgumentError, InvalidOperationError
 
 MAX_ID_LENGTH = 128
 _INT_MIN = -(1 << 63)
 _INT_MAX = (1 << 63) - 1
+_MIN_TTL_SECONDS = 1e-6
 PROPERTY_TYPES = (str, bytes, int, float, bool, type(None), datetime, uuid.UUID)
 
 _HEADER_FIELDS = (
@@ -79,14 +79,29 @@ def _check_property(key: Any, value: Any) -> None:
 
 
 def _check_ttl(value: Any) -> float | None:
+    """A TTL in seconds: positive, at least a microsecond (timedelta's resolution), at most
+    MAX_DURATION_SECONDS."""
     if value is None:
         return None
-    seconds = value.total_seconds() if isinstance(value, timedelta) else value
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+    seconds = duration_seconds(value)
+    if seconds is None:
         raise TypeError(f"time_to_live must be a timedelta, not {type(value).__name__}")
-    if not math.isfinite(seconds) or seconds <= 0:
-        raise ValueError(f"time_to_live must be positive, got {value!r}")
-    return float(seconds)
+    if not _MIN_TTL_SECONDS <= seconds <= MAX_DURATION_SECONDS:
+        raise ValueError(
+            f"time_to_live must be from 1 microsecond to {MAX_DURATION_SECONDS / 86_400:.0f} days, got {value!r}; "
+            "leave it None for the queue's default")
+    return seconds
+
+
+def schedule_time_epoch(value: Any, name: str = "scheduled_enqueue_time_utc") -> float:
+    """A schedule time as epoch seconds: a datetime (naive means UTC) that can be placed in UTC."""
+    if not isinstance(value, datetime):
+        raise TypeError(f"{name} must be a datetime, not {type(value).__name__}")
+    try:
+        return to_epoch(value)
+    except (OverflowError, ValueError) as exc:
+        raise InvalidArgumentError(
+            f"{name} {value!r} cannot be placed in UTC ({exc}); pass a time between years 1 and 9999 UTC") from None
 
 
 class Message:
@@ -127,9 +142,10 @@ class Message:
                 f"partition_key {partition_key!r} differs from session_id {session_id!r}; "
                 "on a session message the partition key must equal the session id or be left unset"
             )
-        self.time_to_live: timedelta | None = None if time_to_live is None else timedelta(seconds=_check_ttl(time_to_live) or 0)
-        if scheduled_enqueue_time_utc is not None and not isinstance(scheduled_enqueue_time_utc, datetime):
-            raise TypeError("scheduled_enqueue_time_utc must be a datetime")
+        ttl = _check_ttl(time_to_live)
+        self.time_to_live: timedelta | None = None if ttl is None else timedelta(seconds=ttl)
+        if scheduled_enqueue_time_utc is not None:
+            schedule_time_epoch(scheduled_enqueue_time_utc)
         self.scheduled_enqueue_time_utc = scheduled_enqueue_time_utc
         if application_properties is not None and not isinstance(application_properties, Mapping):
             raise TypeError(f"application_properties must be a mapping, not {type(application_properties).__name__}")
@@ -165,7 +181,7 @@ class Message:
         if ttl is not None:
             wire["time_to_live"] = ttl
         if self.scheduled_enqueue_time_utc is not None:
-            wire["scheduled_enqueue_time"] = to_epoch(self.scheduled_enqueue_time_utc)
+            wire["scheduled_enqueue_time"] = schedule_time_epoch(self.scheduled_enqueue_time_utc)
         return wire
 
     def to_envelope(self) -> dict[str, Any]:

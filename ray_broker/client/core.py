@@ -15,7 +15,7 @@ from typing import Any, Iterable
 
 from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError, RayTaskError
 
-from ..clock import to_datetime, to_epoch
+from ..clock import duration_seconds, to_datetime
 from ..engine.partition import DEAD_LETTER, MAIN, TRANSFER_DEAD_LETTER
 from ..entities import check_entity_name
 from ..errors import (
@@ -27,12 +27,16 @@ from ..errors import (
     SessionLockLostError,
     unwrap_remote_error,
 )
-from ..message import Message, ReceivedMessage
+from ..message import Message, ReceivedMessage, schedule_time_epoch
 from ..sku import Sku
 
 DEFAULT_MAX_WAIT_S = 60.0
 DEFAULT_TIMEOUT_S = 60.0
 MAX_RECEIVE_COUNT = 10_000
+MAX_SEQUENCE_NUMBER = (1 << 63) - 1
+"""The largest sequence number the store can hold (a signed 64-bit integer)."""
+MAX_WAIT_S = 30 * 86_400.0
+"""The longest a call waits; longer waits are shortened to this."""
 CALL_GRACE_S = 30.0
 """Extra time a client allows a gateway call beyond the operation's own timeout."""
 
@@ -111,13 +115,18 @@ def receive_target(entity: str, *, receive_mode: Any, sub_queue: Any, session_id
 
 
 def wait_seconds(value: Any, default: float) -> float:
-    """A waiting time in seconds: None means `default`; negative, NaN or non-numbers are errors."""
+    """A waiting time in seconds: None means `default`; negative, NaN or non-numbers are errors.
+
+    Waits beyond MAX_WAIT_S (30 days) are taken as MAX_WAIT_S, which the timers of Ray and of
+    the standard library can still hold.
+    """
     if value is None:
         return default
-    seconds = value.total_seconds() if hasattr(value, "total_seconds") else value
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds) or seconds < 0:
-        raise InvalidArgumentError(f"a waiting time must be a non-negative number of seconds, got {value!r}")
-    return float(seconds)
+    seconds = duration_seconds(value)
+    if seconds is None or not 0 <= seconds < math.inf:
+        raise InvalidArgumentError(
+            f"a waiting time must be a finite, non-negative number of seconds or a timedelta, got {value!r}")
+    return min(seconds, MAX_WAIT_S)
 
 
 def check_count(value: Any, name: str = "max_message_count") -> int:
@@ -173,8 +182,10 @@ def to_envelope(message: Any) -> dict[str, Any]:
     return message.to_envelope()
 
 
-def envelopes_for_send(sku: Sku, messages: Any, *, schedule_at: datetime | None = None) -> list[dict[str, Any]]:
-    """Envelopes of a message, a list of messages or a batch, checked against the tier's size limit."""
+def envelopes_for_send(sku: Sku, messages: Any, *, schedule_at: float | None = None) -> list[dict[str, Any]]:
+    """Envelopes of a message, a list of messages or a batch, checked against the tier's size limit.
+
+    `schedule_at` (epoch seconds) schedules them all for that time."""
     if isinstance(messages, MessageBatch):
         envelopes = messages.envelopes
     elif isinstance(messages, Message):
@@ -195,10 +206,7 @@ def envelopes_for_send(sku: Sku, messages: Any, *, schedule_at: datetime | None 
             f"the messages total {total} bytes; the {sku.name} tier allows {limit} bytes per batch: "
             "send them in smaller batches (create_message_batch() packs them for you)")
     if schedule_at is not None:
-        if not isinstance(schedule_at, datetime):
-            raise TypeError("schedule_time_utc must be a datetime")
-        when = to_epoch(schedule_at)
-        envelopes = [dict(e, scheduled=when) for e in envelopes]
+        envelopes = [dict(e, scheduled=schedule_at) for e in envelopes]
     return envelopes
 
 
@@ -304,13 +312,28 @@ class SettlementBuffer:
         raise first
 
 
+def check_sequence_number(value: Any) -> int:
+    """One sequence number: an int from 0 to 2**63 - 1 (what the store holds)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SEQUENCE_NUMBER:
+        raise InvalidArgumentError(f"a sequence number must be an int from 0 to {MAX_SEQUENCE_NUMBER}, got {value!r}")
+    return value
+
+
 def sequence_list(sequence_numbers: Any) -> list[int]:
-    """One sequence number or a list of them, as a list of ints."""
-    items = [sequence_numbers] if isinstance(sequence_numbers, int) else list(sequence_numbers)
-    for seq in items:
-        if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
-            raise InvalidArgumentError(f"sequence numbers must be non-negative ints, got {seq!r}")
-    return items
+    """One sequence number or a list (any iterable but text) of them, as a list of ints."""
+    if isinstance(sequence_numbers, int):
+        return [check_sequence_number(sequence_numbers)]
+    if isinstance(sequence_numbers, (str, bytes, bytearray)) or not isinstance(sequence_numbers, Iterable):
+        raise InvalidArgumentError(
+            f"expected a sequence number or a list of them, got {type(sequence_numbers).__name__} {sequence_numbers!r}")
+    return [check_sequence_number(seq) for seq in sequence_numbers]
+
+
+def schedule_epoch(value: Any) -> float:
+    """The time a `schedule_messages` call names, as epoch seconds (a datetime; naive means UTC)."""
+    if not isinstance(value, datetime):
+        raise InvalidArgumentError(f"schedule_time_utc must be a datetime, not {type(value).__name__}")
+    return schedule_time_epoch(value, "schedule_time_utc")
 
 
 def session_state_bytes(state: Any, sku: Sku) -> bytes | None:

@@ -19,6 +19,7 @@ from .core import (
     SettlementBuffer,
     apply_settlement,
     check_count,
+    check_sequence_number,
     sequence_list,
     session_state_bytes,
     settlement_op,
@@ -252,7 +253,7 @@ class Receiver:
         """
         self._before_operation()
         count = check_count(max_message_count)
-        start = sequence_list(sequence_number)[0] or self._peek_from
+        start = check_sequence_number(sequence_number) or self._peek_from
         records = self._ns._link.call("peek", self._target.entity, self._target.subq, self._session_lock(),
                                       start, count, timeout=_OP_TIMEOUT_S)
         messages = [ReceivedMessage(r, peeked=True) for r in records]

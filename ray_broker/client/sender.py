@@ -6,7 +6,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidOperationError
-from .core import DEFAULT_TIMEOUT_S, MessageBatch, envelopes_for_send, new_batch, sequence_list, wait_seconds
+from .core import DEFAULT_TIMEOUT_S, MessageBatch, envelopes_for_send, new_batch, schedule_epoch, sequence_list, wait_seconds
 
 if TYPE_CHECKING:
     from .namespace import Namespace
@@ -53,7 +53,7 @@ class Sender:
                           timeout: float | None = DEFAULT_TIMEOUT_S) -> list[int]:
         """Schedule messages for `schedule_time_utc`; returns their sequence numbers, for cancelling."""
         self._check_open()
-        envelopes = envelopes_for_send(self._ns.sku, messages, schedule_at=schedule_time_utc)
+        envelopes = envelopes_for_send(self._ns.sku, messages, schedule_at=schedule_epoch(schedule_time_utc))
         if not envelopes:
             return []
         wait = wait_seconds(timeout, DEFAULT_TIMEOUT_S)

@@ -10,15 +10,20 @@ import pytest
 from ray_broker import Message, ReceivedMessage
 from ray_broker.client.core import (
     DEFAULT_MAX_WAIT_S,
+    MAX_WAIT_S,
     NEXT_AVAILABLE_SESSION,
     MessageBatch,
     ReceiveMode,
     SubQueue,
     apply_settlement,
+    check_sequence_number,
     envelopes_for_send,
     new_batch,
     receive_target,
+    schedule_epoch,
+    sequence_list,
     settlement_op,
+    wait_seconds,
 )
 from ray_broker.engine.partition import DEAD_LETTER, MAIN, TRANSFER_DEAD_LETTER
 from ray_broker.errors import (
@@ -107,6 +112,10 @@ def test_bad_entity_names_are_refused() -> None:
 def test_waiting_times_and_modes() -> None:
     assert target("q", max_wait_time=timedelta(seconds=2.5)).max_wait_time == 2.5
     assert target("q", max_wait_time=0).max_wait_time == 0.0
+    assert wait_seconds(1e300, 1.0) == wait_seconds(10**40, 1.0) == wait_seconds(timedelta.max, 1.0) == MAX_WAIT_S
+    for bad in (-1, float("nan"), float("inf"), 10**400, "5", True):
+        with pytest.raises(InvalidArgumentError, match="waiting time"):
+            wait_seconds(bad, 1.0)
     assert target("q", receive_mode=ReceiveMode.RECEIVE_AND_DELETE).mode is ReceiveMode.RECEIVE_AND_DELETE
 
 
@@ -162,10 +171,24 @@ def test_batch_size_limits_per_tier() -> None:
 
 def test_schedule_time_goes_on_every_envelope() -> None:
     when = datetime(2030, 1, 1, tzinfo=timezone.utc)
-    envelopes = envelopes_for_send(STANDARD, [Message("a"), Message("b")], schedule_at=when)
+    envelopes = envelopes_for_send(STANDARD, [Message("a"), Message("b")], schedule_at=when.timestamp())
     assert [e["scheduled"] for e in envelopes] == [when.timestamp()] * 2
-    with pytest.raises(TypeError):
-        envelopes_for_send(STANDARD, Message("a"), schedule_at=when.timestamp())  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("when", [None, 0.0, "2030-01-01"])
+def test_a_schedule_time_must_be_a_datetime_in_range(when: Any) -> None:
+    with pytest.raises(InvalidArgumentError, match="schedule_time_utc"):
+        schedule_epoch(when)
+
+
+def test_sequence_numbers_are_ints_in_the_store_range() -> None:
+    assert sequence_list(5) == [5]
+    assert sequence_list((1, 2)) == [1, 2]
+    assert sequence_list([]) == []
+    for bad in ("", "12", 0.0, None, [1, "2"], [True], -1, 2**63):
+        with pytest.raises(InvalidArgumentError, match="sequence number"):
+            sequence_list(bad)
+    assert check_sequence_number(2**63 - 1) == 2**63 - 1
 
 
 def test_settlement_op_builds_the_request() -> None:

@@ -28,7 +28,7 @@ def test_valid_entity_names(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", ["", "a" * 261, "has space", "a$b", "$deadletterqueue", "/a", "a/", "a//b",
-                                  "ümlaut", "a*b", "a\\b", 7, None])
+                                  "ümlaut", "a*b", "a\\b", "orders\n", "\norders", 7, None])
 def test_invalid_entity_names(name: Any) -> None:
     with pytest.raises(InvalidArgumentError):
         check_entity_name(name)
@@ -60,6 +60,9 @@ def test_durations_are_stored_in_seconds() -> None:
     ("duplicate_detection_history_time_window", timedelta(seconds=19)),
     ("duplicate_detection_history_time_window", timedelta(days=7, seconds=1)),
     ("default_message_time_to_live", timedelta(0)),
+    ("default_message_time_to_live", timedelta.max),
+    ("default_message_time_to_live", float("inf")),
+    ("default_message_time_to_live", 10**400),
     ("lock_duration", float("nan")),
     ("lock_duration", float("inf")),
     ("lock_duration", 1e20),

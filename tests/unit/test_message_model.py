@@ -2,14 +2,16 @@
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timedelta, timezone
+from typing import Any
+from datetime import datetime, timedelta, timezone, tzinfo
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from ray_broker import Message, ReceivedMessage, codec
-from ray_broker.errors import InvalidOperationError
+from ray_broker.clock import to_datetime
+from ray_broker.errors import InvalidArgumentError, InvalidOperationError
 
 
 def test_bodies_are_bytes_or_str() -> None:
@@ -77,8 +79,8 @@ def test_property_keys_must_be_str() -> None:
         Message("x", application_properties=[("k", "v")])  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("ttl", [timedelta(0), timedelta(seconds=-1)])
-def test_time_to_live_must_be_positive(ttl: timedelta) -> None:
+@pytest.mark.parametrize("ttl", [timedelta(0), timedelta(seconds=-1), 1e-7, timedelta.max, 1e20, float("inf"), 10**400])
+def test_time_to_live_must_be_in_range(ttl: Any) -> None:
     with pytest.raises(ValueError, match="time_to_live"):
         Message("x", time_to_live=ttl)
 
@@ -87,6 +89,41 @@ def test_time_to_live_must_be_a_duration() -> None:
     with pytest.raises(TypeError, match="time_to_live"):
         Message("x", time_to_live="10s")  # type: ignore[arg-type]
     assert Message("x", time_to_live=timedelta(seconds=90)).time_to_live == timedelta(seconds=90)
+
+
+def test_the_longest_time_to_live_never_expires_in_datetime_terms() -> None:
+    longest = timedelta(days=10_675_199)
+    assert Message("x", time_to_live=longest).to_wire()["time_to_live"] == longest.total_seconds()
+    assert to_datetime(1_700_000_000 + longest.total_seconds()) == datetime.max.replace(tzinfo=timezone.utc)
+    assert to_datetime(-1e15) == datetime.min.replace(tzinfo=timezone.utc)
+
+
+def test_a_time_to_live_changed_after_construction_is_checked_on_send() -> None:
+    message = Message("x")
+    message.time_to_live = timedelta(0)
+    with pytest.raises(ValueError, match="time_to_live"):
+        message.to_wire()
+
+
+class _BrokenZone(tzinfo):
+    """A time zone whose offset datetime cannot use."""
+
+    def utcoffset(self, dt: datetime | None) -> timedelta:
+        return timedelta(hours=25)
+
+
+def test_a_schedule_time_that_cannot_be_placed_in_utc_is_refused() -> None:
+    with pytest.raises(InvalidArgumentError, match="scheduled_enqueue_time_utc"):
+        Message("x", scheduled_enqueue_time_utc=datetime(2030, 1, 1, tzinfo=_BrokenZone()))
+
+
+def test_schedule_times_at_the_ends_of_datetime_are_taken_or_refused() -> None:
+    with pytest.raises(InvalidArgumentError, match="between years 1 and 9999"):
+        Message("x", scheduled_enqueue_time_utc=datetime(1, 1, 1, tzinfo=timezone(timedelta(hours=14))))
+    earliest = Message("x", scheduled_enqueue_time_utc=datetime.min).to_wire()["scheduled_enqueue_time"]
+    assert to_datetime(earliest) == datetime.min.replace(tzinfo=timezone.utc)
+    latest = Message("x", scheduled_enqueue_time_utc=datetime.max).to_wire()["scheduled_enqueue_time"]
+    assert to_datetime(latest).year == 9999
 
 
 def test_scheduled_time_must_be_a_datetime() -> None:
