@@ -6,7 +6,9 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from ray_broker import errors
 from ray_broker.config import RAY_NAMESPACE, NamespaceConfig
+from ray_broker.errors import ServiceBusError
 
 from .partition_actor import PartitionActor
 
@@ -22,7 +24,7 @@ def partition_actor(config: NamespaceConfig, index: int) -> Any:
     return PartitionActor.options(
         name=config.partition_name(index), namespace=RAY_NAMESPACE, lifetime="detached", get_if_exists=True,
         max_restarts=-1, max_task_retries=0, num_cpus=0, max_concurrency=1000, **_placement(config),
-    ).remote(config.name, index, config.partition_count, config.data_dir, config.durability)
+    ).remote(config.to_dict(), index)
 
 
 def gateway_actor(config: NamespaceConfig, index: int) -> Any:
@@ -44,10 +46,33 @@ def find_actor(name: str) -> Any | None:
 
 
 def deploy(config: NamespaceConfig, timeout: float = 120.0) -> None:
-    """Create every partition and gateway of a namespace and wait until all answer."""
+    """Create every partition and gateway of a namespace and wait until all answer.
+
+    A partition that fails to start (its store held by another process) fails the whole start:
+    every actor created here is removed again and the partition's typed error is raised.
+    """
     handles = [partition_actor(config, k) for k in range(config.partition_count)]
     gateways = [gateway_actor(config, i) for i in range(config.gateways)]
-    ray.get([h.pid.remote() for h in handles] + [g.pid.remote() for g in gateways], timeout=timeout)
+    try:
+        ray.get([h.pid.remote() for h in handles] + [g.pid.remote() for g in gateways], timeout=timeout)
+    except ray.exceptions.ActorDiedError as exc:
+        teardown(config.name, config.partition_count, config.gateways)
+        raise creation_failure(exc) or exc from None
+
+
+def creation_failure(exc: BaseException) -> ServiceBusError | None:
+    """The broker error that made an actor's constructor fail, rebuilt from Ray's report of it.
+
+    Ray reports a constructor's exception only as text (an `ActorDiedError` keeps no cause), whose
+    last line is `<module>.<class>: <message>`.
+    """
+    for line in reversed(str(exc).splitlines()):
+        qualified, _, message = line.strip().partition(": ")
+        module, _, name = qualified.rpartition(".")
+        cls = getattr(errors, name, None) if module == errors.__name__ else None
+        if isinstance(cls, type) and issubclass(cls, ServiceBusError):
+            return cls(message)
+    return None
 
 
 def teardown(name: str, partition_count: int | None, gateways: int | None) -> None:

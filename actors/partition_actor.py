@@ -12,10 +12,13 @@ from typing import Any
 
 import ray
 
+from ray_broker.config import NamespaceConfig
 from ray_broker.engine.partition import PartitionEngine
 from ray_broker.engine.store import Store
 
 HOUSEKEEPING_INTERVAL_S = 0.25
+STORE_TAKEOVER_WAIT_S = 30.0
+"""How long a restarted partition waits for its previous process to let go of the store's lock."""
 # Engine operations a caller may invoke through `PartitionActor.run`, and whether each may make
 # messages available to waiting receivers.
 OPERATIONS: dict[str, bool] = {
@@ -41,19 +44,23 @@ OPERATIONS: dict[str, bool] = {
 }
 
 
-def store_path(data_dir: str | None, index: int) -> str | None:
-    """Where partition `index` keeps its database under `data_dir`."""
-    return None if data_dir is None else os.path.join(data_dir, f"partition-{index:03d}.sqlite3")
-
-
 @ray.remote
 class PartitionActor:
-    """Partition `index` of a namespace; its store is reopened whenever Ray restarts it."""
+    """Partition `index` of a namespace; its store is reopened whenever Ray restarts it.
 
-    def __init__(self, namespace: str, index: int, partition_count: int, data_dir: str | None, durability: str) -> None:
-        self.namespace = namespace
+    The store is opened under its exclusive lock, owned by this cluster's actor of this name: a
+    restart takes the lock over from its dead predecessor, and any other process is refused with
+    `StoreLockedError` (the actor then fails to start, touching nothing).
+    """
+
+    def __init__(self, config: dict[str, Any], index: int) -> None:
+        namespace = NamespaceConfig(**config)
+        self.namespace = namespace.name
         self.index = index
-        self.engine = PartitionEngine(index, partition_count, Store(store_path(data_dir, index), durability))
+        owner = f"Ray cluster {ray.get_runtime_context().gcs_address}, actor {namespace.partition_name(index)}"
+        store = Store(namespace.store_path(index), namespace.durability, owner=owner,
+                      takeover_wait_s=STORE_TAKEOVER_WAIT_S, partition=index)
+        self.engine = PartitionEngine(index, namespace.partition_count, store)
         self._wake: asyncio.Event | None = None
         self._housekeeper: asyncio.Task[None] | None = None
 

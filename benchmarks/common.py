@@ -26,7 +26,7 @@ import psutil
 import ray
 
 import ray_broker as rb
-from ray_broker.client.namespace import ensure_ray as start_local_ray
+from ray_broker.client.lifecycle import ensure_ray as start_ray
 
 RAY_NAMESPACE = "ray_broker"
 """The Ray namespace of every broker actor (API.md, operations contract)."""
@@ -47,7 +47,7 @@ def ensure_ray() -> bool:
     up; True if this call started it."""
     if ray.is_initialized():
         return False
-    start_local_ray()
+    start_ray("local")
     return True
 
 

@@ -2,22 +2,19 @@
 
 Every command except `demo` and `bench` (each on its own local Ray) works against a Ray cluster
 that outlives it: `start` joins the cluster named by `--address` / `RAY_ADDRESS`, or the one
-`ray start` last started on this machine, and starts one with `ray start --head` if none is
+`ray start` last started on this machine, and starts a Ray head of its own (`ray_head`) if none is
 running; the other commands attach to it.
 """
 from __future__ import annotations
 
 import argparse
 import json
-import logging
-import os
-import subprocess
 import sys
 import uuid
 from pathlib import Path
 from typing import Any, Sequence
 
-from .errors import MessageAlreadySettled, MessagingEntityNotFoundError, ServiceBusError
+from .errors import MessageAlreadySettled, ServiceBusError
 
 DEFAULT_NAMESPACE = "default"
 _BODY_PREVIEW = 60
@@ -50,78 +47,14 @@ def _is_number(text: str) -> bool:
 # ---------------------------------------------------------------------------------------------- Ray cluster
 
 
-def _ray_executable() -> str:
-    """The `ray` script of the running interpreter's environment."""
-    candidate = Path(sys.executable).with_name("ray")
-    return str(candidate) if candidate.exists() else "ray"
-
-
-def _head_marker() -> Path:
-    """The file where `ray-broker start` records the address of a Ray head it started (beside the
-    namespaces' default data directories; its name is no valid namespace name)."""
-    from .config import default_data_dir
-
-    return Path(default_data_dir(".ray-head-address"))
-
-
-def local_cluster_address() -> str | None:
-    """The address of the cluster that `ray start` last started on this machine, if it is running."""
-    from ray._private.services import find_gcs_addresses
-    from ray._private.utils import read_ray_address
-
-    bootstrap = read_ray_address()
-    return bootstrap if bootstrap and bootstrap in find_gcs_addresses() else None
-
-
-def running_cluster_address(address: str | None) -> str | None:
-    """The Ray cluster to join: `address`, else `RAY_ADDRESS`, else "auto" when `ray start` started a
-    cluster on this machine that is still running (Ray then also picks up its auth token); None
-    when there is none."""
-    if address:
-        return address
-    if os.environ.get("RAY_ADDRESS"):
-        return os.environ["RAY_ADDRESS"]
-    return "auto" if local_cluster_address() else None
-
-
-def start_ray_head(port: int | None) -> str:
-    """Run `ray start --head` and return the new cluster's address."""
-    command = [_ray_executable(), "start", "--head", "--disable-usage-stats"]
-    if port is not None:
-        command.append(f"--port={port}")
-    result = subprocess.run(command, capture_output=True, text=True, check=False)
-    if result.returncode != 0:
-        last_line = ((result.stderr or result.stdout).strip().splitlines() or ["no output"])[-1]
-        raise CliError(f"`{' '.join(command)}` failed: {last_line}")
-    address = local_cluster_address()
-    if not address:
-        raise CliError("`ray start --head` succeeded but its cluster cannot be found; see `ray status`")
-    marker = _head_marker()
-    marker.parent.mkdir(parents=True, exist_ok=True)
-    marker.write_text(address, encoding="utf-8")
-    return address
-
-
-def connect_ray(address: str) -> None:
-    """Join the Ray cluster at `address` as a quiet driver."""
-    import ray
-
-    from .config import RAY_NAMESPACE
-
-    if not ray.is_initialized():
-        ray.init(address=address, namespace=RAY_NAMESPACE, log_to_driver=False, logging_level=logging.ERROR)
-
-
 def _attach(args: argparse.Namespace) -> Any:
-    """Connect to the running namespace `args.namespace` on the running cluster."""
+    """Connect to the running namespace `args.namespace` on the cluster `--address` (or RAY_ADDRESS, or
+    this machine's `ray start` head) names."""
     import ray_broker as rb
+    from .client.lifecycle import connect_namespace
 
-    address = running_cluster_address(args.address)
-    if address is None:
-        raise CliError("no Ray cluster is running here; start one with `ray-broker start` "
-                       "(or give --address / RAY_ADDRESS)")
-    connect_ray(address)
-    return rb.connect(args.namespace, address=address)
+    return rb.Namespace(connect_namespace(args.namespace, args.address,
+                                          how_to_start=f"`ray-broker start -n {args.namespace}`"))
 
 
 # ---------------------------------------------------------------------------------------------- commands
@@ -136,17 +69,19 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_start(args: argparse.Namespace) -> int:
-    """Start a namespace on the running Ray cluster (starting a Ray head if there is none)."""
-    import ray_broker as rb
-
+    """Start a namespace on the running Ray cluster (starting a Ray head if there is none): the
+    namespace outlives this command."""
     import ray
 
-    address = running_cluster_address(args.address)
+    import ray_broker as rb
+    from .client.lifecycle import cluster_address, local_head_address
+    from .ray_head import start_head
+
+    address = cluster_address(args.address)
     if address is None:
-        head = start_ray_head(args.port)
-        print(f"started a Ray head at {head} (stop it with `ray-broker stop --ray`)")
-        address = "auto"
-    connect_ray(address)
+        head = start_head(args.port, local_head_address)
+        print(f"started a Ray head at {head.address} (pid {head.pid}; stop it with `ray-broker stop --ray`)")
+        address = head.address
     ns = rb.start(args.namespace, sku=args.sku, partitions=args.partitions, data_dir=args.data_dir,
                   gateways=args.gateways, durability=args.durability, address=address)
     config = ns.config
@@ -161,38 +96,26 @@ def cmd_stop(args: argparse.Namespace) -> int:
     import ray
 
     import ray_broker as rb
+    from .client.lifecycle import cluster_address, ensure_ray, running_config
+    from .ray_head import started_head, stop_head
 
-    address = running_cluster_address(args.address)
+    address = cluster_address(args.address)
     if address is not None:
-        connect_ray(address)
-        try:
-            rb.connect(args.namespace, address=address)
-            outcome = "stopped"
-        except MessagingEntityNotFoundError:
-            outcome = "was not running"
+        ensure_ray(address)
+        outcome = "stopped" if running_config(args.namespace) is not None else "was not running"
         rb.stop(args.namespace, delete_data=args.delete_data)
         ray.shutdown()
         print(f"namespace {args.namespace!r} {outcome}" + ("; its data is deleted" if args.delete_data else ""))
     else:
         print("no Ray cluster is running here; nothing to stop")
     if args.ray:
-        _stop_ray_head()
+        head = started_head()
+        if head is None:
+            print("no Ray head started by `ray-broker start` is running; nothing else stopped")
+        else:
+            stop_head(head)
+            print(f"Ray head at {head.address} (pid {head.pid}) stopped; other Ray clusters left running")
     return 0
-
-
-def _stop_ray_head() -> None:
-    """Run `ray stop` if the local cluster is the one `ray-broker start` started."""
-    marker = _head_marker()
-    started = marker.read_text(encoding="utf-8").strip() if marker.exists() else None
-    address = local_cluster_address()
-    if address is None:
-        print("no Ray head is running here")
-    elif started != address:
-        print(f"the Ray cluster at {address} was not started by `ray-broker start`; left running")
-    else:
-        subprocess.run([_ray_executable(), "stop"], capture_output=True, check=False)
-        marker.unlink()
-        print(f"Ray head at {address} stopped")
 
 
 def cmd_status(args: argparse.Namespace) -> int:

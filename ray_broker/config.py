@@ -43,6 +43,10 @@ class NamespaceConfig:
         """The Ray actor name of gateway `index`."""
         return f"{self.name}.gateway.{index}"
 
+    def store_path(self, index: int) -> str | None:
+        """Where partition `index` keeps its database (None for durability "memory")."""
+        return None if self.data_dir is None else os.path.join(self.data_dir, f"partition-{index:03d}.sqlite3")
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
@@ -77,9 +81,9 @@ def is_shared_filesystem(path: str) -> bool:
     return fstype in _NETWORK_FILESYSTEMS
 
 
-def build_config(name: str, *, sku: str, partitions: int | None, data_dir: str | None, gateways: int,
-                 durability: str, node_id: str | None) -> NamespaceConfig:
-    """Validate `start` arguments and reconcile them with a configuration already on disk."""
+def plan_config(name: str, *, sku: str, partitions: int | None, data_dir: str | None, gateways: int,
+                durability: str, node_id: str | None) -> NamespaceConfig:
+    """Validate `start` arguments and reconcile them with a configuration already on disk (read only)."""
     check_namespace_name(name)
     tier = get_sku(sku)
     count = partition_count_for(tier, partitions)
@@ -90,7 +94,6 @@ def build_config(name: str, *, sku: str, partitions: int | None, data_dir: str |
     if durability == "memory":
         return NamespaceConfig(name, tier.name, count, None, durability, gateways, None)
     directory = os.path.abspath(os.path.expanduser(data_dir or default_data_dir(name)))
-    os.makedirs(directory, exist_ok=True)
     pin = None if is_shared_filesystem(directory) else node_id
     stored = load_config(directory)
     if stored is not None:
@@ -99,10 +102,16 @@ def build_config(name: str, *, sku: str, partitions: int | None, data_dir: str |
                 f"namespace {name!r} in {directory} was created as sku={stored.sku!r} with "
                 f"{stored.partition_count} partitions; the partition count and tier can never change "
                 f"(asked for sku={tier.name!r}, {count} partitions). Use another name or data_dir.")
-    config = NamespaceConfig(name, tier.name, count, directory, durability, gateways, pin)
-    with open(os.path.join(directory, _CONFIG_FILE), "wb") as out:
+    return NamespaceConfig(name, tier.name, count, directory, durability, gateways, pin)
+
+
+def save_config(config: NamespaceConfig) -> None:
+    """Record a namespace's configuration in its `data_dir` (nothing for durability "memory")."""
+    if config.data_dir is None:
+        return
+    os.makedirs(config.data_dir, exist_ok=True)
+    with open(os.path.join(config.data_dir, _CONFIG_FILE), "wb") as out:
         out.write(codec.packb(config.to_dict()))
-    return config
 
 
 def load_config(directory: str) -> NamespaceConfig | None:

@@ -333,8 +333,9 @@ def quiet_ray() -> Iterator[None]:
 def run_demo(messages: int = 20_000, *, name: str = "demo") -> DemoReport:
     """Run the demo with `messages` messages in namespace `name`; returns what it checked.
 
-    Starts an embedded local Ray unless Ray is already initialised (then uses that one and leaves
-    it running), and always stops the namespace and deletes its temporary stores at the end.
+    Starts an embedded local Ray of its own (even when a `ray start` head runs on this machine)
+    unless Ray is already initialised in this process (then uses that one and leaves it running),
+    and always stops the namespace and deletes its temporary stores at the end.
     """
     import ray
 
@@ -347,7 +348,7 @@ def run_demo(messages: int = 20_000, *, name: str = "demo") -> DemoReport:
     with quiet_ray():
         try:
             print(f"starting namespace {name!r}: 16 partitions, durability 'normal', stores in {data_dir}")
-            ns = rb.start(name, data_dir=data_dir, durability="normal")
+            ns = rb.start(name, data_dir=data_dir, durability="normal", address="local" if owns_ray else None)
             print(f"namespace ready in {time.monotonic() - started:.1f} s")
             _run_steps(ns, build_plan(messages), report)
         finally:

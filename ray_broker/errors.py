@@ -10,6 +10,7 @@ from typing import Any
 __all__ = [
     "ServiceBusError",
     "MessagingEntityNotFoundError",
+    "NamespaceNotRunningError",
     "MessagingEntityAlreadyExistsError",
     "MessagingEntityDisabledError",
     "MessageSizeExceededError",
@@ -24,6 +25,8 @@ __all__ = [
     "OperationTimeoutError",
     "ServerBusyError",
     "UnauthorizedError",
+    "StoreLockedError",
+    "ClusterUnreachableError",
     "MessageAlreadySettled",
     "unwrap_remote_error",
 ]
@@ -53,6 +56,10 @@ def _rebuild(cls: type[ServiceBusError], message: str, entity: str | None, parti
 
 class MessagingEntityNotFoundError(ServiceBusError):
     """The queue, topic or subscription does not exist."""
+
+
+class NamespaceNotRunningError(MessagingEntityNotFoundError):
+    """No reachable Ray cluster runs the namespace; the message says how to start it."""
 
 
 class MessagingEntityAlreadyExistsError(ServiceBusError):
@@ -119,6 +126,14 @@ class ServerBusyError(ServiceBusError):
 
 class UnauthorizedError(ServiceBusError):
     """The caller may not perform this operation."""
+
+
+class StoreLockedError(InvalidOperationError):
+    """Another process owns the partition store: one writer per store, so this opener touched nothing."""
+
+
+class ClusterUnreachableError(ServiceBusError, ConnectionError):
+    """No Ray cluster answers at the address given (or found in RAY_ADDRESS)."""
 
 
 class MessageAlreadySettled(ValueError):

@@ -35,7 +35,7 @@ def init_spark(app_name: str, num_executors: int = 1, executor_cores: int = 1, e
     """
     import raydp
 
-    from ray_broker.client.namespace import ensure_ray
+    from ray_broker.client.lifecycle import ensure_ray
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)

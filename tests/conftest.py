@@ -26,9 +26,9 @@ def ray_instance() -> Iterator[None]:
     """A local Ray shared by every test of the session (4 logical CPUs on this 2-core machine)."""
     import ray
 
-    from ray_broker.client.namespace import LOCAL_RAY_SYSTEM_CONFIG
+    from ray_broker.client.lifecycle import LOCAL_RAY_SYSTEM_CONFIG
 
-    ray.init(namespace="ray_broker", num_cpus=4, include_dashboard=False, log_to_driver=False,
+    ray.init(address="local", namespace="ray_broker", num_cpus=4, include_dashboard=False, log_to_driver=False,
              configure_logging=False, _system_config=LOCAL_RAY_SYSTEM_CONFIG)
     yield
     ray.shutdown()

@@ -2,88 +2,43 @@
 from __future__ import annotations
 
 import os
-import shutil
 import weakref
 from datetime import timedelta
 from typing import Any
 
-import ray
-
-from ..config import RAY_NAMESPACE, NamespaceConfig, build_config, check_namespace_name, default_data_dir, load_config
+from ..config import NamespaceConfig
 from ..entities import QueueProperties, QueueRuntimeProperties, check_entity_name, normalize_queue_options
 from ..errors import InvalidArgumentError, MessagingEntityNotFoundError
 from ..sku import Sku, get_sku
 from .core import DEFAULT_TIMEOUT_S, ReceiveMode, receive_target
+from .lifecycle import connect_namespace, start_namespace, stop_namespace
 from .link import GatewayLink
 from .receiver import Receiver
 from .sender import Sender
 
 _MANAGEMENT_TIMEOUT_S = 60.0
-LOCAL_RAY_SYSTEM_CONFIG = {"max_direct_call_object_size": 1024 * 1024}
-"""Settings for a local Ray that the library starts: a batch of messages (up to 1 MB on premium)
-travels inline with its call instead of through the object store."""
-
-
-def ensure_ray(address: str | None = None) -> None:
-    """Start a local Ray (the embedded default) or join the cluster at `address`, unless Ray is up."""
-    if ray.is_initialized():
-        return
-    if address is None:
-        ray.init(namespace=RAY_NAMESPACE, include_dashboard=False, log_to_driver=False,
-                 configure_logging=False, _system_config=LOCAL_RAY_SYSTEM_CONFIG)
-    else:
-        ray.init(address=address, namespace=RAY_NAMESPACE, log_to_driver=False)
-
-
-def _running_config(name: str) -> NamespaceConfig | None:
-    from actors.deploy import find_actor
-
-    gateway = find_actor(f"{name}.gateway.0")
-    if gateway is None:
-        return None
-    return NamespaceConfig(**ray.get(gateway.config.remote(), timeout=120))
 
 
 def start(name: str, *, sku: str = "standard", partitions: int | None = None, data_dir: str | None = None,
           gateways: int = 1, durability: str = "normal", address: str | None = None) -> Namespace:
-    """Start a namespace (or return the running one of that name): its partitions and gateways."""
-    check_namespace_name(name)
-    get_sku(sku)
-    ensure_ray(address)
-    running = _running_config(name)
-    if running is not None:
-        return Namespace(running)
-    from actors.deploy import deploy
+    """Start a namespace (or return the running one of that name): its partitions and gateways.
 
-    config = build_config(name, sku=sku, partitions=partitions, data_dir=data_dir, gateways=gateways,
-                          durability=durability, node_id=ray.get_runtime_context().get_node_id())
-    deploy(config)
-    return Namespace(config)
+    Joins the Ray cluster that `address`, `RAY_ADDRESS` or this machine's `ray start` head names,
+    else starts an embedded local Ray that lives as long as this process. Raises `StoreLockedError`
+    before creating anything when another process (another Ray cluster) holds the stores.
+    """
+    return Namespace(start_namespace(name, sku=sku, partitions=partitions, data_dir=data_dir, gateways=gateways,
+                                     durability=durability, address=address))
 
 
 def connect(name: str, *, address: str | None = None) -> Namespace:
-    """Attach to a running namespace from any driver, task or actor."""
-    check_namespace_name(name)
-    ensure_ray(address)
-    config = _running_config(name)
-    if config is None:
-        raise MessagingEntityNotFoundError(
-            f"namespace {name!r} is not running on this Ray cluster; start it with ray_broker.start({name!r})")
-    return Namespace(config)
+    """Attach to a running namespace from any driver, task or actor (`NamespaceNotRunningError` if none)."""
+    return Namespace(connect_namespace(name, address, how_to_start=f"ray_broker.start({name!r})"))
 
 
 def stop(name: str, *, delete_data: bool = False) -> None:
     """Stop a namespace's actors; with `delete_data`, remove its stores too."""
-    from actors.deploy import teardown
-
-    check_namespace_name(name)
-    ensure_ray()
-    config = _running_config(name)
-    teardown(name, None if config is None else config.partition_count, None if config is None else config.gateways)
-    if delete_data:
-        directory = config.data_dir if config is not None else default_data_dir(name)
-        if directory and os.path.isdir(directory) and (config is not None or load_config(directory) is not None):
-            shutil.rmtree(directory)
+    stop_namespace(name, delete_data=delete_data)
 
 
 class Namespace:
@@ -213,4 +168,4 @@ class Namespace:
         return receiver
 
 
-__all__ = ["start", "connect", "stop", "Namespace", "ensure_ray", "DEFAULT_TIMEOUT_S"]
+__all__ = ["start", "connect", "stop", "Namespace", "DEFAULT_TIMEOUT_S"]

@@ -1,6 +1,7 @@
 """SQLite storage for one partition: schema, durability modes and transactions.
 
-The store knows tables and pragmas, not broker rules. Durability modes:
+The store knows tables and pragmas, not broker rules. A file store is opened only under its
+exclusive `StoreLock`, so one process at a time writes it. Durability modes:
 `normal` (WAL, synchronous=NORMAL: survives a process crash), `fsync` (WAL, synchronous=FULL:
 survives power loss) and `memory` (no disk).
 """
@@ -12,6 +13,7 @@ import sqlite3
 from typing import Iterator
 
 from ..errors import InvalidArgumentError
+from .store_lock import StoreLock
 
 DURABILITY_MODES = ("normal", "fsync", "memory")
 
@@ -72,22 +74,45 @@ CREATE INDEX IF NOT EXISTS dedup_expiry ON dedup (expires_at);
 
 
 class Store:
-    """One partition's SQLite database."""
+    """One partition's SQLite database.
 
-    def __init__(self, path: str | None, durability: str = "normal") -> None:
+    Args:
+        path: the database file (ignored with durability "memory").
+        durability: "normal", "fsync" or "memory".
+        owner: who opens it, recorded in the store's lock for a refused opener to read; an opener
+            with the same owner waits up to `takeover_wait_s` for the lock (see `StoreLock`).
+        partition: the partition the store belongs to, named in errors.
+
+    Raises `StoreLockedError` when another process holds the store, before touching it.
+    """
+
+    def __init__(self, path: str | None, durability: str = "normal", *, owner: str | None = None,
+                 takeover_wait_s: float = 0.0, partition: int | None = None) -> None:
         if durability not in DURABILITY_MODES:
             raise InvalidArgumentError(f"durability must be one of {', '.join(DURABILITY_MODES)}, got {durability!r}")
         self.durability = durability
         self.path = None if durability == "memory" else path
+        self.lock: StoreLock | None = None
         if self.path is not None:
             os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
-        self.db = sqlite3.connect(self.path or ":memory:", isolation_level=None, check_same_thread=False)
+            self.lock = StoreLock(self.path, owner or f"process {os.getpid()}", takeover_wait_s, partition)
+            self.lock.acquire()
+        try:
+            self.db = self._open()
+        except BaseException:
+            if self.lock is not None:
+                self.lock.release()
+            raise
+
+    def _open(self) -> sqlite3.Connection:
+        db = sqlite3.connect(self.path or ":memory:", isolation_level=None, check_same_thread=False)
         if self.path is not None:
-            self.db.execute("PRAGMA journal_mode=WAL")
-            self.db.execute("PRAGMA synchronous=" + ("FULL" if durability == "fsync" else "NORMAL"))
-        self.db.execute("PRAGMA cache_size=-16000")
-        self.db.execute("PRAGMA temp_store=MEMORY")
-        self.db.executescript(SCHEMA)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=" + ("FULL" if self.durability == "fsync" else "NORMAL"))
+        db.execute("PRAGMA cache_size=-16000")
+        db.execute("PRAGMA temp_store=MEMORY")
+        db.executescript(SCHEMA)
+        return db
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
@@ -105,6 +130,8 @@ class Store:
         return str(self.db.execute("PRAGMA integrity_check").fetchone()[0])
 
     def close(self) -> None:
-        """Close the database (idempotent)."""
+        """Close the database and let go of its lock (idempotent)."""
         with contextlib.suppress(sqlite3.ProgrammingError):
             self.db.close()
+        if self.lock is not None:
+            self.lock.release()

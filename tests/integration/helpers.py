@@ -59,3 +59,19 @@ def drain(receiver: rb.Receiver, *, expected: int | None = None, wait: float = 2
         got.extend(batch)
     receiver.flush()
     return got
+
+
+def isolated_env(ray_tmpdir: str, broker_home: str) -> dict[str, str]:
+    """The environment for a separate driver process that must find no Ray but the ones it is told
+    of: no RAY_ADDRESS, its own Ray temp dir (so no other `ray start` head on this machine is
+    found) and its own broker home."""
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env.update(RAY_TMPDIR=ray_tmpdir, RAY_BROKER_HOME=broker_home, PYTHONUNBUFFERED="1")
+    return env
+
+
+def short_tmpdir(prefix: str) -> str:
+    """A fresh directory with a short path (Ray's socket paths under it must stay under 107 bytes)."""
+    import tempfile
+
+    return tempfile.mkdtemp(prefix=prefix, dir="/tmp")

@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 import uuid
-from pathlib import Path
 
 import pytest
 
 import ray_broker as rb
 from ray_broker import cli
+from ray_broker.client import lifecycle
 
 
 def test_parser_knows_every_command() -> None:
@@ -32,10 +32,12 @@ def test_bad_arguments_exit_with_usage(argv: list[str], capsys: pytest.CaptureFi
 
 
 def test_no_cluster_is_one_clean_error_line(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setattr(cli, "running_cluster_address", lambda address: None)
-    assert cli.main(["status"]) == 1
+    monkeypatch.setattr(lifecycle, "cluster_address", lambda address=None: None)
+    monkeypatch.setattr(lifecycle.ray, "is_initialized", lambda: False)
+    assert cli.main(["status", "-n", "shop"]) == 1
     err = capsys.readouterr().err
-    assert err.startswith("error: no Ray cluster is running here") and err.count("\n") == 1
+    assert err.startswith("error: namespace 'shop' is not running here: no Ray cluster is") and err.count("\n") == 1
+    assert "`ray-broker start -n shop`" in err
 
 
 def test_broker_errors_print_one_line_without_traceback(monkeypatch: pytest.MonkeyPatch,
@@ -119,18 +121,3 @@ def test_connecting_to_a_missing_namespace_is_a_clean_error(ray_instance: None, 
                                                             capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["status", "-n", "absent-ns", "--address", address]) == 1
     assert capsys.readouterr().err.startswith("error: namespace 'absent-ns' is not running")
-
-
-def test_stop_ray_stops_only_the_head_that_start_started(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
-                                                         capsys: pytest.CaptureFixture[str]) -> None:
-    home = tmp_path
-    commands: list[list[str]] = []
-    monkeypatch.setenv("RAY_BROKER_HOME", str(home))
-    monkeypatch.setattr(cli, "running_cluster_address", lambda address: None)
-    monkeypatch.setattr(cli, "local_cluster_address", lambda: "10.0.0.1:6379")
-    monkeypatch.setattr(cli.subprocess, "run", lambda command, **kwargs: commands.append(command))
-    assert cli.main(["stop", "--ray"]) == 0
-    assert commands == [] and "not started by `ray-broker start`" in capsys.readouterr().out
-    (home / ".ray-head-address").write_text("10.0.0.1:6379", encoding="utf-8")
-    assert cli.main(["stop", "--ray"]) == 0
-    assert [c[1:] for c in commands] == [["stop"]] and not (home / ".ray-head-address").exists()

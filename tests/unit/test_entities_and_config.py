@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from ray_broker import config as config_module
-from ray_broker.config import build_config, check_namespace_name, is_shared_filesystem, load_config
+from ray_broker.config import check_namespace_name, is_shared_filesystem, load_config, plan_config, save_config
 from ray_broker.entities import (
     QUEUE_DEFAULTS,
     QueueProperties,
@@ -131,24 +131,28 @@ def test_sku_limits_and_features() -> None:
 
 def test_config_is_persisted_and_partition_count_is_immutable(tmp_path: Path) -> None:
     data = tmp_path / "demo"
-    first = build_config("demo", sku="premium", partitions=4, data_dir=str(data), gateways=2,
-                         durability="normal", node_id="node-1")
+    first = plan_config("demo", sku="premium", partitions=4, data_dir=str(data), gateways=2,
+                        durability="normal", node_id="node-1")
+    assert not data.exists(), "planning writes nothing"
+    save_config(first)
     assert (first.partition_count, first.data_dir, first.node_id) == (4, str(data), "node-1")
     assert load_config(str(data)) == first
-    again = build_config("demo", sku="premium", partitions=4, data_dir=str(data), gateways=3,
-                         durability="fsync", node_id="node-2")
+    assert first.store_path(3) == str(data / "partition-003.sqlite3")
+    again = plan_config("demo", sku="premium", partitions=4, data_dir=str(data), gateways=3,
+                        durability="fsync", node_id="node-2")
+    save_config(again)
     assert (again.gateways, again.durability, again.node_id) == (3, "fsync", "node-2")
     with pytest.raises(InvalidOperationError, match="never change"):
-        build_config("demo", sku="premium", partitions=8, data_dir=str(data), gateways=1,
+        plan_config("demo", sku="premium", partitions=8, data_dir=str(data), gateways=1,
                      durability="normal", node_id=None)
     with pytest.raises(InvalidOperationError):
-        build_config("demo", sku="standard", partitions=None, data_dir=str(data), gateways=1,
+        plan_config("demo", sku="standard", partitions=None, data_dir=str(data), gateways=1,
                      durability="normal", node_id=None)
     assert load_config(str(data)) == again
 
 
 def test_memory_namespaces_keep_no_files(tmp_path: Path) -> None:
-    cfg = build_config("mem", sku="standard", partitions=None, data_dir=str(tmp_path / "mem"), gateways=1,
+    cfg = plan_config("mem", sku="standard", partitions=None, data_dir=str(tmp_path / "mem"), gateways=1,
                        durability="memory", node_id="n")
     assert (cfg.partition_count, cfg.data_dir, cfg.node_id) == (16, None, None)
     assert not (tmp_path / "mem").exists()
@@ -156,7 +160,7 @@ def test_memory_namespaces_keep_no_files(tmp_path: Path) -> None:
 
 def test_default_data_dir_follows_ray_broker_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RAY_BROKER_HOME", str(tmp_path))
-    cfg = build_config("home", sku="standard", partitions=None, data_dir=None, gateways=1,
+    cfg = plan_config("home", sku="standard", partitions=None, data_dir=None, gateways=1,
                        durability="normal", node_id=None)
     assert cfg.data_dir == str(tmp_path / "home")
     assert cfg.partition_name(3) == "home.partition.3" and cfg.gateway_name(0) == "home.gateway.0"
@@ -169,7 +173,7 @@ def test_config_argument_checks(tmp_path: Path, kwargs: dict[str, Any], match: s
     args: dict[str, Any] = {"sku": "standard", "partitions": None, "data_dir": str(tmp_path), "gateways": 1,
                             "durability": "normal", "node_id": None, **kwargs}
     with pytest.raises(InvalidArgumentError, match=match):
-        build_config("ns", **args)
+        plan_config("ns", **args)
 
 
 @pytest.mark.parametrize("name", ["", "1abc", "a_b", "a" * 51, "a.b"])
@@ -192,7 +196,7 @@ def test_shared_filesystem_detection(tmp_path: Path, monkeypatch: pytest.MonkeyP
 
 def test_shared_data_dir_is_not_pinned_to_a_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(config_module, "is_shared_filesystem", lambda path: True)
-    cfg = build_config("nfs", sku="standard", partitions=None, data_dir=str(tmp_path), gateways=1,
+    cfg = plan_config("nfs", sku="standard", partitions=None, data_dir=str(tmp_path), gateways=1,
                        durability="normal", node_id="node-1")
     assert cfg.node_id is None
 
@@ -212,9 +216,9 @@ def test_partition_health_backs_off_and_recovers() -> None:
 
 def test_a_restarted_namespace_pins_partitions_to_the_current_node(tmp_path: Path) -> None:
     """Ray gives a node a new id when it restarts: the stores' node is the one starting the namespace now."""
-    first = build_config("pinned", sku="standard", partitions=None, data_dir=str(tmp_path), gateways=1,
-                         durability="normal", node_id="node-before-restart")
-    again = build_config("pinned", sku="standard", partitions=None, data_dir=str(tmp_path), gateways=1,
-                         durability="normal", node_id="node-after-restart")
+    first = plan_config("pinned", sku="standard", partitions=None, data_dir=str(tmp_path), gateways=1,
+                        durability="normal", node_id="node-before-restart")
+    again = plan_config("pinned", sku="standard", partitions=None, data_dir=str(tmp_path), gateways=1,
+                        durability="normal", node_id="node-after-restart")
     assert first.node_id == "node-before-restart"
     assert again.node_id == "node-after-restart"

@@ -1,0 +1,198 @@
+"""Starting, connecting to and stopping namespaces: finding the Ray cluster, then the actors.
+
+Which Ray a call uses, in order: the one this process already joined; `address` ("local" means
+a new embedded Ray, "auto" the `ray start` head of this machine); `RAY_ADDRESS`; the `ray start`
+head of this machine when one is running; else (for `start` only) a new embedded local Ray that
+lives as long as this process. Joining never passes settings that only a new cluster takes, and
+an address where no cluster answers fails fast with `ClusterUnreachableError`.
+
+The only client module that imports `actors`.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import socket
+import time
+
+import ray
+
+from ..config import RAY_NAMESPACE, NamespaceConfig, check_namespace_name, load_config, plan_config, save_config
+from ..engine.store_lock import holder_of, refusal
+from ..errors import ClusterUnreachableError, NamespaceNotRunningError
+from ..sku import get_sku
+
+logger = logging.getLogger("ray_broker")
+
+LOCAL_RAY_SYSTEM_CONFIG = {"max_direct_call_object_size": 1024 * 1024}
+"""Settings for a local Ray that the library starts: a batch of messages (up to 1 MB on premium)
+travels inline with its call instead of through the object store. A cluster the library joins
+keeps its own settings (Ray takes them only when a cluster starts)."""
+
+REACH_TIMEOUT_S = 10.0
+"""How long to try a cluster's address before declaring it unreachable."""
+TEARDOWN_WAIT_S = 30.0
+"""How long `stop` waits for killed partitions to let go of their stores before deleting them."""
+_RUNNING_CONFIG_TIMEOUT_S = 120.0
+
+
+def local_head_address() -> str | None:
+    """The address of the cluster that `ray start` last started on this machine, if it still runs."""
+    from ray._private.services import find_gcs_addresses
+    from ray._private.utils import read_ray_address
+
+    bootstrap = read_ray_address()
+    return bootstrap if bootstrap and bootstrap in find_gcs_addresses() else None
+
+
+def cluster_address(address: str | None = None) -> str | None:
+    """The Ray cluster to join, or None when none is named or running here (a new local Ray then).
+
+    `address` wins ("local" forces a new local Ray; "auto" means this machine's `ray start` head),
+    then `RAY_ADDRESS`, then this machine's running `ray start` head.
+    """
+    wanted = address or os.environ.get("RAY_ADDRESS") or None
+    if wanted == "local":
+        return None
+    if wanted in (None, "auto"):
+        head = local_head_address()
+        if head is None and wanted == "auto":
+            raise ClusterUnreachableError(
+                "address='auto' names the Ray cluster that `ray start` started on this machine, and none is running: "
+                "start one (`ray-broker start` or `ray start --head`) or give the cluster's address")
+        return head
+    return wanted
+
+
+def check_reachable(address: str, timeout: float = REACH_TIMEOUT_S) -> None:
+    """Raise `ClusterUnreachableError` unless something accepts connections at `address`'s host:port."""
+    host_port = address.split("://", 1)[-1].rstrip("/")
+    host, _, port = host_port.rpartition(":")
+    if not host or not port.isdigit():
+        raise ClusterUnreachableError(
+            f"Ray address {address!r} is not host:port (or ray://host:port, 'auto', 'local'); check the address")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+            pass
+    except OSError as exc:
+        raise ClusterUnreachableError(
+            f"no Ray cluster answers at {address} ({exc.strerror or exc}); check that the cluster is running "
+            "(`ray status --address ...`), that the host and port are those of its head (GCS, usually 6379), "
+            "and that no firewall is in the way") from None
+
+
+def ensure_ray(address: str | None = None) -> None:
+    """Join the cluster `cluster_address(address)` names, or start a local Ray; nothing if Ray is up."""
+    if ray.is_initialized():
+        return
+    target = cluster_address(address)
+    if target is None:
+        ray.init(address="local", namespace=RAY_NAMESPACE, include_dashboard=False, log_to_driver=False,
+                 configure_logging=False, _system_config=LOCAL_RAY_SYSTEM_CONFIG)
+        logger.info("started an embedded local Ray (it lives as long as this process); message batches up to "
+                    "%d bytes travel inline with their calls", LOCAL_RAY_SYSTEM_CONFIG["max_direct_call_object_size"])
+        return
+    check_reachable(target)
+    ray.init(address=target, namespace=RAY_NAMESPACE, log_to_driver=False, logging_level=logging.ERROR)
+    logger.info("joined the Ray cluster at %s; it keeps its own inline object limit (the library sets one "
+                "only on a Ray it starts)", target)
+
+
+def running_config(name: str) -> NamespaceConfig | None:
+    """The configuration of namespace `name` if it runs on the joined cluster, else None."""
+    from actors.deploy import find_actor
+
+    gateway = find_actor(f"{name}.gateway.0")
+    if gateway is None:
+        return None
+    return NamespaceConfig(**ray.get(gateway.config.remote(), timeout=_RUNNING_CONFIG_TIMEOUT_S))
+
+
+def ensure_stores_free(config: NamespaceConfig, wait_s: float = 0.0) -> None:
+    """Raise `StoreLockedError` if any process (another cluster, a stale actor) holds one of the
+    namespace's stores, after waiting up to `wait_s` for holders that are shutting down."""
+    deadline = time.monotonic() + wait_s
+    for index in range(config.partition_count):
+        path = config.store_path(index)
+        if path is None:
+            continue
+        while (holder := holder_of(path)) is not None:
+            if time.monotonic() >= deadline:
+                raise refusal(path, holder, index)
+            time.sleep(0.05)
+
+
+def start_namespace(name: str, *, sku: str, partitions: int | None, data_dir: str | None, gateways: int,
+                    durability: str, address: str | None) -> NamespaceConfig:
+    """Start namespace `name` (or find it running) and return its configuration."""
+    from actors.deploy import deploy
+
+    check_namespace_name(name)
+    get_sku(sku)
+    ensure_ray(address)
+    running = running_config(name)
+    if running is not None:
+        return running
+    config = plan_config(name, sku=sku, partitions=partitions, data_dir=data_dir, gateways=gateways,
+                         durability=durability, node_id=ray.get_runtime_context().get_node_id())
+    ensure_stores_free(config)
+    save_config(config)
+    deploy(config)
+    return config
+
+
+def connect_namespace(name: str, address: str | None, how_to_start: str) -> NamespaceConfig:
+    """The configuration of running namespace `name`; `how_to_start` words the hint when it is not."""
+    check_namespace_name(name)
+    if not ray.is_initialized():
+        target = cluster_address(address)
+        if target is None:
+            raise _not_running(name, "here: no Ray cluster is (no address, RAY_ADDRESS or `ray start` head)",
+                               how_to_start)
+        ensure_ray(target)
+    config = running_config(name)
+    if config is None:
+        raise _not_running(name, f"on the Ray cluster at {ray.get_runtime_context().gcs_address}", how_to_start)
+    return config
+
+
+def _not_running(name: str, why: str, how_to_start: str) -> NamespaceNotRunningError:
+    from ..config import default_data_dir
+
+    stored = load_config(default_data_dir(name))
+    holders = [] if stored is None else [holder_of(p) for p in map(stored.store_path, range(stored.partition_count))
+                                         if p is not None]
+    holder = next((h for h in holders if h is not None), None)
+    elsewhere = f"; its stores are held by {holder.describe()}, so it runs in another Ray" if holder else ""
+    return NamespaceNotRunningError(f"namespace {name!r} is not running {why}{elsewhere}. "
+                                    f"Start it with {how_to_start}, or give the address of the cluster it runs on",
+                                    entity=name)
+
+
+def stop_namespace(name: str, *, delete_data: bool) -> None:
+    """Stop namespace `name`'s actors if it runs on the cluster found here; with `delete_data`, also
+    remove its stores (refused while another process holds them)."""
+    from actors.deploy import teardown
+
+    from ..config import default_data_dir
+
+    check_namespace_name(name)
+    config: NamespaceConfig | None = None
+    if ray.is_initialized() or cluster_address() is not None:
+        ensure_ray()
+        config = running_config(name)
+        teardown(name, None if config is None else config.partition_count,
+                 None if config is None else config.gateways)
+    if not delete_data:
+        return
+    directory = config.data_dir if config is not None else default_data_dir(name)
+    stored = load_config(directory) if directory and os.path.isdir(directory) else None
+    if stored is None:
+        return
+    ensure_stores_free(stored, wait_s=TEARDOWN_WAIT_S if config is not None else 0.0)
+    shutil.rmtree(directory)
+
+
+__all__ = ["LOCAL_RAY_SYSTEM_CONFIG", "ensure_ray", "cluster_address", "local_head_address", "check_reachable",
+           "start_namespace", "connect_namespace", "stop_namespace", "running_config", "ensure_stores_free"]
