@@ -1,48 +1,24 @@
-"""Creating, finding and removing a namespace's actors (named, detached, in the "ray_broker" Ray namespace)."""
+"""Deploying and tearing down a namespace's actors; nothing it imports imports it back."""
 from __future__ import annotations
 
 from typing import Any
 
 import ray
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from ray_broker import errors
+import ray_broker.errors as errors
 from ray_broker.config import RAY_NAMESPACE, NamespaceConfig
 from ray_broker.errors import ServiceBusError
 
-from .partition_actor import PartitionActor
-
-
-def _placement(config: NamespaceConfig) -> dict[str, Any]:
-    if config.node_id is None:
-        return {}
-    return {"scheduling_strategy": NodeAffinitySchedulingStrategy(node_id=config.node_id, soft=False)}
-
-
-def partition_actor(config: NamespaceConfig, index: int) -> Any:
-    """Get partition `index`, creating it (from its store) if it does not exist."""
-    return PartitionActor.options(
-        name=config.partition_name(index), namespace=RAY_NAMESPACE, lifetime="detached", get_if_exists=True,
-        max_restarts=-1, max_task_retries=0, num_cpus=0, max_concurrency=1000, **_placement(config),
-    ).remote(config.to_dict(), index)
+from .gateway_actor import GatewayActor
+from .handles import find_actor, partition_actor
 
 
 def gateway_actor(config: NamespaceConfig, index: int) -> Any:
     """Get gateway `index`, creating it if it does not exist."""
-    from .gateway_actor import GatewayActor
-
     return GatewayActor.options(
         name=config.gateway_name(index), namespace=RAY_NAMESPACE, lifetime="detached", get_if_exists=True,
         max_restarts=-1, max_task_retries=0, num_cpus=0, max_concurrency=10000,
     ).remote(config.to_dict())
-
-
-def find_actor(name: str) -> Any | None:
-    """A named actor of the broker, or None if there is none."""
-    try:
-        return ray.get_actor(name, namespace=RAY_NAMESPACE)
-    except ValueError:
-        return None
 
 
 def deploy(config: NamespaceConfig, timeout: float = 120.0) -> None:

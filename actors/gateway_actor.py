@@ -37,7 +37,7 @@ from ray_broker.health import PartitionHealth
 from ray_broker.routing import home_partition, partition_for_key, partition_of, resolve_partition_key
 from ray_broker.sku import MAX_ENTITIES, get_sku
 
-from .deploy import partition_actor
+from .handles import partition_actor
 
 ATTEMPT_TIMEOUT_S = 5.0
 """How long one call may take before its partition counts as unavailable."""

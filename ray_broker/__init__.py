@@ -5,16 +5,40 @@
     ns.create_queue("orders", enable_partitioning=True)
     with ns.get_queue_sender("orders") as sender:
         sender.send_messages(rb.Message("hello"))
+
+The message model, errors, entities and routing import without Ray; the client names (`start`,
+`connect`, `Namespace`, senders and receivers) load Ray on first use, so that the engine and
+everything it needs can be imported, and tested, where Ray is absent.
 """
+from __future__ import annotations
+
+from typing import Any
+
 from . import errors
-from .client.core import NEXT_AVAILABLE_SESSION, MessageBatch, ReceiveMode, SubQueue
-from .client.namespace import Namespace, connect, start, stop
-from .client.receiver import Receiver, ReceiverSession
-from .client.sender import Sender
+from .client.core import MessageBatch
 from .entities import PartitionRuntimeProperties, QueueProperties, QueueRuntimeProperties
 from .errors import *  # noqa: F403 - the errors are part of the public namespace
-from .message import Message, MessageState, ReceivedMessage
+from .message import Message, ReceivedMessage
+from .protocol import NEXT_AVAILABLE_SESSION, MessageState, ReceiveMode, SubQueue
 from .routing import partition_of
+
+_CLIENT_NAMES = ("start", "connect", "stop", "Namespace", "Sender", "Receiver", "ReceiverSession")
+"""Public names that need Ray: loaded on first use."""
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _CLIENT_NAMES:
+        raise AttributeError(f"module 'ray_broker' has no attribute {name!r}")
+    from .client import namespace, receiver, sender
+
+    value = getattr(next(m for m in (namespace, sender, receiver) if hasattr(m, name)), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_CLIENT_NAMES))
+
 
 __all__ = [
     "start", "connect", "stop", "Namespace", "Sender", "Receiver", "ReceiverSession", "MessageBatch",

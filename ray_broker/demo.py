@@ -26,7 +26,7 @@ from tqdm import tqdm
 
 import ray_broker as rb
 
-from .cli import format_table
+from .tables import format_table
 from .config import RAY_NAMESPACE
 from .routing import partition_for_key
 

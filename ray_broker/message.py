@@ -5,7 +5,6 @@ inside an actor. Between client and partitions a message travels as a plain dict
 """
 from __future__ import annotations
 
-import enum
 import uuid
 from datetime import datetime, timedelta
 from typing import Any, Mapping
@@ -13,6 +12,7 @@ from typing import Any, Mapping
 from . import codec
 from .clock import MAX_DURATION_SECONDS, duration_seconds, to_datetime, to_epoch
 from .errors import InvalidArgumentError, InvalidOperationError
+from .protocol import MessageState
 
 MAX_ID_LENGTH = 128
 _INT_MIN = -(1 << 63)
@@ -32,14 +32,6 @@ _HEADER_FIELDS = (
     "content_type",
 )
 _ID_FIELDS = ("message_id", "session_id", "partition_key")
-
-
-class MessageState(enum.IntEnum):
-    """Where a message stands in its entity."""
-
-    ACTIVE = 0
-    DEFERRED = 1
-    SCHEDULED = 2
 
 
 def _check_text(name: str, value: Any) -> str | None:

@@ -1,11 +1,10 @@
 """Client logic shared by the sync and async clients: everything that is not I/O.
 
 Validation of arguments, sub-queue paths, envelopes and batch sizes, settlement requests and the
-mapping of their results to errors, and how failed gateway calls are classified for retry.
+mapping of their results to errors. Sans-I/O: it imports no Ray.
 """
 from __future__ import annotations
 
-import enum
 import math
 import threading
 import time
@@ -13,10 +12,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Iterable
 
-from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError, RayTaskError
-
 from ..clock import duration_seconds, to_datetime
-from ..engine.partition import DEAD_LETTER, MAIN, TRANSFER_DEAD_LETTER
+from ..protocol import NEXT_AVAILABLE_SESSION, SUB_QUEUE_NUMBERS, ReceiveMode, SessionFilter, SubQueue
 from ..entities import check_entity_name
 from ..errors import (
     InvalidArgumentError,
@@ -25,7 +22,6 @@ from ..errors import (
     MessageLockLostError,
     MessageSizeExceededError,
     SessionLockLostError,
-    unwrap_remote_error,
 )
 from ..message import Message, ReceivedMessage, schedule_time_epoch
 from ..sku import Sku
@@ -41,28 +37,6 @@ CALL_GRACE_S = 30.0
 """Extra time a client allows a gateway call beyond the operation's own timeout."""
 
 
-class ReceiveMode(str, enum.Enum):
-    """How a receiver takes messages."""
-
-    PEEK_LOCK = "peek_lock"
-    RECEIVE_AND_DELETE = "receive_and_delete"
-
-
-class SubQueue(str, enum.Enum):
-    """The sub-queues of a queue or subscription."""
-
-    DEAD_LETTER = "deadletter"
-    TRANSFER_DEAD_LETTER = "transferdeadletter"
-
-
-class SessionFilter(enum.Enum):
-    """Session choices that are not a session id."""
-
-    NEXT_AVAILABLE = 0
-
-
-NEXT_AVAILABLE_SESSION = SessionFilter.NEXT_AVAILABLE
-_SUBQ_NUMBERS = {None: MAIN, SubQueue.DEAD_LETTER: DEAD_LETTER, SubQueue.TRANSFER_DEAD_LETTER: TRANSFER_DEAD_LETTER}
 _PATH_SUFFIXES = (("/$transfer/$deadletterqueue", SubQueue.TRANSFER_DEAD_LETTER),
                   ("/$deadletterqueue", SubQueue.DEAD_LETTER))
 
@@ -110,7 +84,7 @@ def receive_target(entity: str, *, receive_mode: Any, sub_queue: Any, session_id
                     f"session_id must be a non-empty str of at most 128 characters or NEXT_AVAILABLE_SESSION, got {session_id!r}")
     if isinstance(prefetch_count, bool) or not isinstance(prefetch_count, int) or not 0 <= prefetch_count <= MAX_RECEIVE_COUNT:
         raise InvalidArgumentError(f"prefetch_count must be an int from 0 to {MAX_RECEIVE_COUNT}, got {prefetch_count!r}")
-    return ReceiveTarget(entity, _SUBQ_NUMBERS[sub_queue], mode, session_id, prefetch_count,
+    return ReceiveTarget(entity, SUB_QUEUE_NUMBERS[sub_queue], mode, session_id, prefetch_count,
                          wait_seconds(max_wait_time, DEFAULT_MAX_WAIT_S))
 
 
@@ -348,22 +322,3 @@ def session_state_bytes(state: Any, sku: Sku) -> bytes | None:
     if len(data) > sku.max_message_bytes:
         raise MessageSizeExceededError(f"session state is {len(data)} bytes; at most {sku.max_message_bytes} are allowed")
     return data
-
-
-class RetryAction(enum.Enum):
-    """What a client does after a failed gateway call."""
-
-    RAISE = 0
-    RECREATE = 1
-    BACKOFF = 2
-
-
-def classify_gateway_failure(exc: BaseException) -> tuple[RetryAction, BaseException]:
-    """Decide how to handle an exception from a gateway call; returns the action and the error to raise."""
-    if isinstance(exc, RayTaskError):
-        return RetryAction.RAISE, unwrap_remote_error(exc)
-    if isinstance(exc, ActorDiedError):
-        return RetryAction.RECREATE, exc
-    if isinstance(exc, (ActorUnavailableError, RayActorError)):
-        return RetryAction.BACKOFF, exc
-    return RetryAction.RAISE, exc

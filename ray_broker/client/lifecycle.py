@@ -101,7 +101,7 @@ def ensure_ray(address: str | None = None) -> None:
 
 def running_config(name: str) -> NamespaceConfig | None:
     """The configuration of namespace `name` if it runs on the joined cluster, else None."""
-    from actors.deploy import find_actor
+    from actors.handles import find_actor
 
     gateway = find_actor(f"{name}.gateway.0")
     if gateway is None:

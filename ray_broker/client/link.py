@@ -1,15 +1,35 @@
 """The synchronous link from a client to its gateway, with retry and gateway re-creation."""
 from __future__ import annotations
 
+import enum
 import time
 from typing import Any
 
 import ray
-from ray.exceptions import GetTimeoutError
+from ray.exceptions import ActorDiedError, ActorUnavailableError, GetTimeoutError, RayActorError, RayTaskError
 
 from ..config import NamespaceConfig
-from ..errors import OperationTimeoutError
-from .core import CALL_GRACE_S, RetryAction, classify_gateway_failure
+from ..errors import OperationTimeoutError, unwrap_remote_error
+from .core import CALL_GRACE_S
+
+
+class RetryAction(enum.Enum):
+    """What a client does after a failed gateway call."""
+
+    RAISE = 0
+    RECREATE = 1
+    BACKOFF = 2
+
+
+def classify_gateway_failure(exc: BaseException) -> tuple[RetryAction, BaseException]:
+    """Decide how to handle an exception from a gateway call; returns the action and the error to raise."""
+    if isinstance(exc, RayTaskError):
+        return RetryAction.RAISE, unwrap_remote_error(exc)
+    if isinstance(exc, ActorDiedError):
+        return RetryAction.RECREATE, exc
+    if isinstance(exc, (ActorUnavailableError, RayActorError)):
+        return RetryAction.BACKOFF, exc
+    return RetryAction.RAISE, exc
 
 
 class GatewayLink:

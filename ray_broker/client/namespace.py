@@ -155,7 +155,7 @@ class Namespace:
     def get_queue_sender(self, queue: str) -> Sender:
         """A sender for a queue."""
         check_entity_name(queue, "queue")
-        return Sender(self, queue)
+        return Sender(self._link, self.sku, queue)
 
     def get_queue_receiver(self, queue: str, *, receive_mode: ReceiveMode = ReceiveMode.PEEK_LOCK,
                            sub_queue: Any = None, session_id: Any = None, prefetch_count: int = 0,
@@ -163,7 +163,7 @@ class Namespace:
         """A receiver for a queue or its dead-letter sub-queue (paths like "q/$deadletterqueue" work too)."""
         target = receive_target(queue, receive_mode=receive_mode, sub_queue=sub_queue, session_id=session_id,
                                 prefetch_count=prefetch_count, max_wait_time=max_wait_time)
-        receiver = Receiver(self, target)
+        receiver = Receiver(self._link, self.sku, target)
         self._receivers.add(receiver)
         return receiver
 

@@ -27,7 +27,8 @@ from .core import (
 )
 
 if TYPE_CHECKING:
-    from .namespace import Namespace
+    from ..sku import Sku
+    from .link import GatewayLink
 
 _OP_TIMEOUT_S = 60.0
 FLUSH_DELAY_S = 0.05
@@ -82,7 +83,7 @@ class ReceiverSession:
 
     def _call(self, operation: str, *args: Any) -> Any:
         self._receiver._before_operation()
-        return self._receiver._ns._link.call(
+        return self._receiver._link.call(
             "session_call", self._receiver._target.entity, self._lock, operation, *args, timeout=_OP_TIMEOUT_S)
 
     def get_state(self) -> bytes | None:
@@ -91,7 +92,7 @@ class ReceiverSession:
 
     def set_state(self, state: bytes | str | None) -> None:
         """Replace the session's state; None clears it."""
-        self._call("set_session_state", session_state_bytes(state, self._receiver._ns.sku))
+        self._call("set_session_state", session_state_bytes(state, self._receiver._sku))
 
     def renew_lock(self) -> datetime:
         """Extend the session lock (and the locks of its messages) by the entity's lock duration."""
@@ -105,8 +106,9 @@ class ReceiverSession:
 class Receiver:
     """Receives from one queue, subscription or dead-letter sub-queue; unaware of partitions."""
 
-    def __init__(self, namespace: Namespace, target: ReceiveTarget) -> None:
-        self._ns = namespace
+    def __init__(self, link: GatewayLink, sku: Sku, target: ReceiveTarget) -> None:
+        self._link = link
+        self._sku = sku
         self._target = target
         self._key = uuid.uuid4().hex
         self._closed = False
@@ -139,7 +141,7 @@ class Receiver:
         if target.session_id is None or self._session is not None:
             return
         wanted = None if target.session_id is NEXT_AVAILABLE_SESSION else target.session_id
-        lock = self._ns._link.call("accept_session", target.entity, wanted, target.max_wait_time,
+        lock = self._link.call("accept_session", target.entity, wanted, target.max_wait_time,
                                    timeout=target.max_wait_time)
         self._session = ReceiverSession(self, lock)
 
@@ -150,9 +152,9 @@ class Receiver:
             return
         self._send_buffered()
         self._closed = True
-        self._ns._link.call("close_receiver", self._key, timeout=_OP_TIMEOUT_S)
+        self._link.call("close_receiver", self._key, timeout=_OP_TIMEOUT_S)
         if self._session is not None:
-            self._ns._link.call("session_call", self._target.entity, self._session._lock, "release_session",
+            self._link.call("session_call", self._target.entity, self._session._lock, "release_session",
                                 timeout=_OP_TIMEOUT_S)
         self._settlements.raise_deferred()
 
@@ -175,7 +177,7 @@ class Receiver:
             if not ops:
                 return
             try:
-                results = self._ns._link.call("settle", self._target.entity, self._target.subq, self._session_lock(),
+                results = self._link.call("settle", self._target.entity, self._target.subq, self._session_lock(),
                                               ops, _OP_TIMEOUT_S, timeout=_OP_TIMEOUT_S)
             except Exception as exc:  # noqa: BLE001 - kept and raised by the receiver's next operation
                 self._settlements.fail(exc)
@@ -215,7 +217,7 @@ class Receiver:
         with self._flush_lock:
             ops = self._settlements.drain()
             try:
-                reply = self._ns._link.call("receive", self._key, target.entity, target.subq, target.mode.value,
+                reply = self._link.call("receive", self._key, target.entity, target.subq, target.mode.value,
                                             session, count, wait, target.prefetch_count, ops, timeout=wait)
             except Exception as exc:
                 if ops:
@@ -242,7 +244,7 @@ class Receiver:
         if not seqs:
             return []
         target = self._target
-        records = self._ns._link.call("receive_deferred", target.entity, target.subq, target.mode.value,
+        records = self._link.call("receive_deferred", target.entity, target.subq, target.mode.value,
                                       self._session_lock(), seqs, _OP_TIMEOUT_S, timeout=_OP_TIMEOUT_S)
         return [ReceivedMessage(r, receiver_key=self._key) for r in records]
 
@@ -254,7 +256,7 @@ class Receiver:
         self._before_operation()
         count = check_count(max_message_count)
         start = check_sequence_number(sequence_number) or self._peek_from
-        records = self._ns._link.call("peek", self._target.entity, self._target.subq, self._session_lock(),
+        records = self._link.call("peek", self._target.entity, self._target.subq, self._session_lock(),
                                       start, count, timeout=_OP_TIMEOUT_S)
         messages = [ReceivedMessage(r, peeked=True) for r in records]
         if messages:
@@ -304,7 +306,7 @@ class Receiver:
             raise InvalidOperationError("messages received in RECEIVE_AND_DELETE mode have no lock to renew")
         self._before_operation()
         op = settlement_op(message, "renew", self._key, self._closed)
-        results = self._ns._link.call("settle", self._target.entity, self._target.subq, None, [op],
+        results = self._link.call("settle", self._target.entity, self._target.subq, None, [op],
                                       _OP_TIMEOUT_S, timeout=_OP_TIMEOUT_S)
         until = apply_settlement(message, "renew", results[0])
         assert until is not None

@@ -9,14 +9,16 @@ from ..errors import InvalidOperationError
 from .core import DEFAULT_TIMEOUT_S, MessageBatch, envelopes_for_send, new_batch, schedule_epoch, sequence_list, wait_seconds
 
 if TYPE_CHECKING:
-    from .namespace import Namespace
+    from ..sku import Sku
+    from .link import GatewayLink
 
 
 class Sender:
     """Sends messages to one queue (or topic)."""
 
-    def __init__(self, namespace: Namespace, entity: str) -> None:
-        self._ns = namespace
+    def __init__(self, link: GatewayLink, sku: Sku, entity: str) -> None:
+        self._link = link
+        self._sku = sku
         self.entity_name = entity
         self._closed = False
 
@@ -39,25 +41,25 @@ class Sender:
         self._check_open()
         if transaction is not None:
             raise InvalidOperationError("transactions are not available in this version; send without transaction=")
-        envelopes = envelopes_for_send(self._ns.sku, message)
+        envelopes = envelopes_for_send(self._sku, message)
         if envelopes:
             wait = wait_seconds(timeout, DEFAULT_TIMEOUT_S)
-            self._ns._link.call("send", self.entity_name, envelopes, wait, timeout=wait)
+            self._link.call("send", self.entity_name, envelopes, wait, timeout=wait)
 
     def create_message_batch(self, max_size_in_bytes: int | None = None) -> MessageBatch:
         """An empty batch, bounded by the tier's batch size (or a smaller `max_size_in_bytes`)."""
         self._check_open()
-        return new_batch(self._ns.sku, max_size_in_bytes)
+        return new_batch(self._sku, max_size_in_bytes)
 
     def schedule_messages(self, messages: Any, schedule_time_utc: datetime, *,
                           timeout: float | None = DEFAULT_TIMEOUT_S) -> list[int]:
         """Schedule messages for `schedule_time_utc`; returns their sequence numbers, for cancelling."""
         self._check_open()
-        envelopes = envelopes_for_send(self._ns.sku, messages, schedule_at=schedule_epoch(schedule_time_utc))
+        envelopes = envelopes_for_send(self._sku, messages, schedule_at=schedule_epoch(schedule_time_utc))
         if not envelopes:
             return []
         wait = wait_seconds(timeout, DEFAULT_TIMEOUT_S)
-        seqs = self._ns._link.call("send", self.entity_name, envelopes, wait, timeout=wait)
+        seqs = self._link.call("send", self.entity_name, envelopes, wait, timeout=wait)
         return [int(s) for s in seqs if s is not None]
 
     def cancel_scheduled_messages(self, sequence_numbers: int | list[int], *,
@@ -67,4 +69,4 @@ class Sender:
         seqs = sequence_list(sequence_numbers)
         if seqs:
             wait = wait_seconds(timeout, DEFAULT_TIMEOUT_S)
-            self._ns._link.call("cancel_scheduled", self.entity_name, seqs, wait, timeout=wait)
+            self._link.call("cancel_scheduled", self.entity_name, seqs, wait, timeout=wait)

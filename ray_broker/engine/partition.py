@@ -27,14 +27,21 @@ from ..errors import (
     SessionCannotBeLockedError,
     SessionLockLostError,
 )
+from ..protocol import (
+    ACTIVE,
+    DEAD_LETTER,
+    DEFERRED,
+    MAIN,
+    PEEK_LOCK,
+    RECEIVE_AND_DELETE,
+    SCHEDULED,
+    SETTLE_ACTIONS,
+    TRANSFER_DEAD_LETTER,
+)
 from ..routing import COUNTER_BITS, home_partition
 from .store import Store
 
-MAIN, DEAD_LETTER, TRANSFER_DEAD_LETTER = 0, 1, 2
-ACTIVE, DEFERRED, SCHEDULED = 0, 1, 2
-PEEK_LOCK, RECEIVE_AND_DELETE = "peek_lock", "receive_and_delete"
 RECENTLY_SETTLED_LIMIT = 100_000
-SETTLE_ACTIONS = ("complete", "abandon", "defer", "dead_letter", "release", "renew")
 
 _COLS = (
     "seq, subq, state, session_id, enqueued_at, expires_at, lock_token, locked_until, delivery_count, "

@@ -7,6 +7,7 @@ import pytest
 
 import ray_broker as rb
 from ray_broker import cli
+from ray_broker.tables import format_table
 from ray_broker.client import lifecycle
 
 
@@ -67,7 +68,7 @@ def test_bench_passes_its_arguments_through(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_format_table_aligns_numbers_right() -> None:
-    table = cli.format_table(["name", "count"], [["a", 5], ["bbb", 120]])
+    table = format_table(["name", "count"], [["a", 5], ["bbb", 120]])
     assert table.splitlines() == ["name  count", "----  -----", "a         5", "bbb     120"]
 
 

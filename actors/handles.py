@@ -1,0 +1,36 @@
+"""A namespace's actors by name: lookup, placement, and partitions created if missing.
+
+Every actor is named and detached in the "ray_broker" Ray namespace (the operations contract).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from ray_broker.config import RAY_NAMESPACE, NamespaceConfig
+
+from .partition_actor import PartitionActor
+
+
+def _placement(config: NamespaceConfig) -> dict[str, Any]:
+    if config.node_id is None:
+        return {}
+    return {"scheduling_strategy": NodeAffinitySchedulingStrategy(node_id=config.node_id, soft=False)}
+
+
+def partition_actor(config: NamespaceConfig, index: int) -> Any:
+    """Get partition `index`, creating it (from its store) if it does not exist."""
+    return PartitionActor.options(
+        name=config.partition_name(index), namespace=RAY_NAMESPACE, lifetime="detached", get_if_exists=True,
+        max_restarts=-1, max_task_retries=0, num_cpus=0, max_concurrency=1000, **_placement(config),
+    ).remote(config.to_dict(), index)
+
+
+def find_actor(name: str) -> Any | None:
+    """A named actor of the broker, or None if there is none."""
+    try:
+        return ray.get_actor(name, namespace=RAY_NAMESPACE)
+    except ValueError:
+        return None
