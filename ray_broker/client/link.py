@@ -1,6 +1,7 @@
-"""The synchronous link from a client to its gateway, with retry and gateway re-creation."""
+"""The link from a client to its gateway (sync and async), with retry and gateway re-creation."""
 from __future__ import annotations
 
+import asyncio
 import enum
 import time
 from typing import Any
@@ -10,6 +11,7 @@ from ray.exceptions import ActorDiedError, ActorUnavailableError, GetTimeoutErro
 
 from ..config import NamespaceConfig
 from ..errors import OperationTimeoutError, unwrap_remote_error
+from ..routing.health import RETRY_BACKOFF
 from .core import CALL_GRACE_S
 
 
@@ -51,24 +53,47 @@ class GatewayLink:
     def call(self, operation: str, *args: Any, timeout: float) -> Any:
         """Run a gateway operation, retrying while the gateway restarts, until `timeout` (+ grace)."""
         deadline = time.monotonic() + timeout + CALL_GRACE_S
-        delay = 0.05
+        attempt = 0
         while True:
             ref = self.handle().call.remote(operation, *args)
             try:
                 return ray.get(ref, timeout=max(deadline - time.monotonic(), 0.1))
-            except GetTimeoutError:
-                ray.cancel(ref)
-                raise OperationTimeoutError(
-                    f"gateway {self.index} of namespace {self.config.name!r} did not answer {operation} in "
-                    f"{timeout + CALL_GRACE_S:g} s; retry later") from None
-            except Exception as exc:  # noqa: BLE001 - classified below
-                action, error = classify_gateway_failure(exc)
-                if action is RetryAction.RAISE:
-                    raise error from None
-                if action is RetryAction.RECREATE:
-                    self._handle = None
-                if time.monotonic() + delay >= deadline:
-                    raise OperationTimeoutError(
-                        f"gateway {self.index} of namespace {self.config.name!r} stayed unavailable; retry later") from None
-                time.sleep(delay)
-                delay = min(delay * 2, 1.0)
+            except Exception as exc:  # noqa: BLE001 - classified by _retry_delay
+                delay = self._retry_delay(exc, ref, operation, timeout, deadline, attempt)
+            attempt += 1
+            time.sleep(delay)
+
+    async def call_async(self, operation: str, *args: Any, timeout: float) -> Any:
+        """`call` for an event loop: the gateway's reply is awaited, never waited for in a thread."""
+        deadline = time.monotonic() + timeout + CALL_GRACE_S
+        attempt = 0
+        while True:
+            ref = self.handle().call.remote(operation, *args)
+            try:
+                return await asyncio.wait_for(asyncio.wrap_future(ref.future()),
+                                              timeout=max(deadline - time.monotonic(), 0.1))
+            except asyncio.TimeoutError:
+                delay = self._retry_delay(GetTimeoutError(), ref, operation, timeout, deadline, attempt)
+            except Exception as exc:  # noqa: BLE001 - classified by _retry_delay
+                delay = self._retry_delay(exc, ref, operation, timeout, deadline, attempt)
+            attempt += 1
+            await asyncio.sleep(delay)
+
+    def _retry_delay(self, exc: BaseException, ref: Any, operation: str, timeout: float, deadline: float,
+                     attempt: int) -> float:
+        """After a failed call: the back-off before the next try, or the error to raise."""
+        if isinstance(exc, GetTimeoutError):
+            ray.cancel(ref)
+            raise OperationTimeoutError(
+                f"gateway {self.index} of namespace {self.config.name!r} did not answer {operation} in "
+                f"{timeout + CALL_GRACE_S:g} s; retry later") from None
+        action, error = classify_gateway_failure(exc)
+        if action is RetryAction.RAISE:
+            raise error from None
+        if action is RetryAction.RECREATE:
+            self._handle = None
+        delay = RETRY_BACKOFF.delay(attempt)
+        if time.monotonic() + delay >= deadline:
+            raise OperationTimeoutError(
+                f"gateway {self.index} of namespace {self.config.name!r} stayed unavailable; retry later") from None
+        return delay

@@ -12,6 +12,7 @@ from ..errors import InvalidArgumentError, MessagingEntityNotFoundError
 from ..sku import Sku, get_sku
 from .core import DEFAULT_TIMEOUT_S, ReceiveMode, receive_target
 from .lifecycle import connect_namespace, start_namespace, stop_namespace
+from .direct import DirectLink
 from .link import GatewayLink
 from .receiver import Receiver
 from .sender import Sender
@@ -42,16 +43,23 @@ def stop(name: str, *, delete_data: bool = False) -> None:
 
 
 class Namespace:
-    """A handle to a running namespace; picklable, so it can travel into tasks and actors."""
+    """A handle to a running namespace; picklable, so it can travel into tasks and actors.
 
-    def __init__(self, config: NamespaceConfig, gateway_index: int | None = None) -> None:
+    Senders and receivers send and receive straight from the partitions (the gateway hands out
+    their handles); with `relay=True` every call goes through the gateway instead, for callers
+    that should hold no partition handles.
+    """
+
+    def __init__(self, config: NamespaceConfig, gateway_index: int | None = None, *, relay: bool = False) -> None:
         self.config = config
+        self.relay = relay
         index = gateway_index if gateway_index is not None else os.getpid() % config.gateways
-        self._link = GatewayLink(config, index)
+        gateway = GatewayLink(config, index)
+        self._link: GatewayLink | DirectLink = gateway if relay else DirectLink(config, gateway)
         self._receivers: weakref.WeakSet[Receiver] = weakref.WeakSet()
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (Namespace, (self.config,))
+        return (_rebuild_namespace, (self.config, self.relay))
 
     def __repr__(self) -> str:
         return f"Namespace(name={self.name!r}, sku={self.config.sku!r}, partitions={self.partition_count})"
@@ -166,6 +174,10 @@ class Namespace:
         receiver = Receiver(self._link, self.sku, target)
         self._receivers.add(receiver)
         return receiver
+
+
+def _rebuild_namespace(config: NamespaceConfig, relay: bool) -> Namespace:
+    return Namespace(config, relay=relay)
 
 
 __all__ = ["start", "connect", "stop", "Namespace", "DEFAULT_TIMEOUT_S"]

@@ -28,6 +28,7 @@ from .core import (
 
 if TYPE_CHECKING:
     from ..sku import Sku
+    from .direct import DirectLink
     from .link import GatewayLink
 
 _OP_TIMEOUT_S = 60.0
@@ -106,7 +107,7 @@ class ReceiverSession:
 class Receiver:
     """Receives from one queue, subscription or dead-letter sub-queue; unaware of partitions."""
 
-    def __init__(self, link: GatewayLink, sku: Sku, target: ReceiveTarget) -> None:
+    def __init__(self, link: GatewayLink | DirectLink, sku: Sku, target: ReceiveTarget) -> None:
         self._link = link
         self._sku = sku
         self._target = target

@@ -10,13 +10,14 @@ from .core import DEFAULT_TIMEOUT_S, MessageBatch, envelopes_for_send, new_batch
 
 if TYPE_CHECKING:
     from ..sku import Sku
+    from .direct import DirectLink
     from .link import GatewayLink
 
 
 class Sender:
     """Sends messages to one queue (or topic)."""
 
-    def __init__(self, link: GatewayLink, sku: Sku, entity: str) -> None:
+    def __init__(self, link: GatewayLink | DirectLink, sku: Sku, entity: str) -> None:
         self._link = link
         self._sku = sku
         self.entity_name = entity

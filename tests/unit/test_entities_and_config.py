@@ -18,7 +18,7 @@ from ray_broker.entities import (
     normalize_queue_options,
 )
 from ray_broker.errors import InvalidArgumentError, InvalidOperationError
-from ray_broker.health import MAX_BACKOFF_S, PartitionHealth
+from ray_broker.routing.health import MAX_BACKOFF_S, PartitionHealth
 from ray_broker.sku import SKUS, get_sku, partition_count_for
 
 

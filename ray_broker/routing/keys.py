@@ -8,7 +8,7 @@ from typing import Mapping
 
 import xxhash
 
-from .errors import InvalidOperationError
+from ..errors import InvalidOperationError
 
 COUNTER_BITS = 48
 COUNTER_MASK = (1 << COUNTER_BITS) - 1

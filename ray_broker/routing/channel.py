@@ -1,0 +1,46 @@
+"""The partition-call interface a router talks to; imports no Ray.
+
+A channel runs engine operations on partition `index` and reports the outcome in two kinds: an
+engine error (a typed `ServiceBusError`, raised as it is: the partition answered) or
+`PartitionUnavailable` (it did not answer: dead, restarting, or too slow). The Ray channel
+(`routing.ray_channel`) calls partition actors; the stub channel of the tests calls engines in
+this process.
+"""
+from __future__ import annotations
+
+from typing import Any, Protocol, Sequence
+
+Call = tuple[str, tuple[Any, ...]]
+"""One engine operation: its name and positional arguments."""
+
+
+class PartitionUnavailable(Exception):
+    """A partition did not answer (dead, restarting, or too slow).
+
+    `replaced` is True when the partition's actor was found dead for good and the channel now
+    reaches its replacement (recreated from the same store).
+    """
+
+    def __init__(self, index: int, reason: str, *, replaced: bool = False) -> None:
+        super().__init__(f"partition {index}: {reason}")
+        self.index = index
+        self.reason = reason
+        self.replaced = replaced
+
+
+class PartitionChannel(Protocol):
+    """How a router reaches partitions."""
+
+    partition_count: int
+
+    async def call(self, index: int, calls: Sequence[Call], timeout: float) -> list[Any]:
+        """Run `calls` on partition `index` in one round trip, in order; one result per call.
+
+        Raises the first engine error, or `PartitionUnavailable` when no answer came in `timeout`.
+        """
+        ...
+
+    async def wait_available(self, index: int, entity: str, subq: int, session_id: str | None, free_session: bool,
+                             timeout: float) -> bool:
+        """Wait until a receive on partition `index` could get a message (True), or `timeout` passes (False)."""
+        ...

@@ -1,0 +1,108 @@
+"""Pure plans: which partitions serve an operation. No I/O, no clock, no Ray.
+
+Every function takes an entity's definition (the dict partitions store: `name`, `options`) and
+the namespace's partition count, so the gateway and every client plan alike.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping, Sequence
+
+from ..errors import InvalidOperationError, MessageSizeExceededError, MessagingEntityNotFoundError
+from .keys import home_partition, partition_for_key, partition_of, resolve_partition_key
+
+Definition = Mapping[str, Any]
+
+
+def is_partitioned(definition: Definition) -> bool:
+    """Whether the entity is spread over every partition."""
+    return bool(definition["options"].get("enable_partitioning"))
+
+
+def hosts(definition: Definition, partition_count: int) -> list[int]:
+    """The partitions that hold the entity: all of them, or its home partition."""
+    if is_partitioned(definition):
+        return list(range(partition_count))
+    return [home_partition(definition["name"], partition_count)]
+
+
+def partition_of_sequence(definition: Definition, sequence_number: int, partition_count: int) -> int:
+    """The partition that holds the message with `sequence_number`."""
+    if not is_partitioned(definition):
+        return home_partition(definition["name"], partition_count)
+    index = partition_of(sequence_number)
+    if not 0 <= index < partition_count:
+        raise MessagingEntityNotFoundError(
+            f"sequence number {sequence_number} names partition {index}, which does not exist",
+            entity=definition["name"])
+    return index
+
+
+def session_partition(definition: Definition, session_id: str, partition_count: int) -> int:
+    """The partition that holds session `session_id`."""
+    if is_partitioned(definition):
+        return partition_for_key(session_id, partition_count)
+    return home_partition(definition["name"], partition_count)
+
+
+def check_send(definition: Definition, envelopes: Sequence[Mapping[str, Any]], max_bytes: int, tier: str) -> None:
+    """Refuse a send the entity cannot take: missing session ids or message ids, or too many bytes."""
+    name, options = definition["name"], definition["options"]
+    total = sum(int(e["size"]) for e in envelopes)
+    if total > max_bytes:
+        raise MessageSizeExceededError(
+            f"the messages total {total} bytes; the {tier} tier allows {max_bytes} bytes per message and "
+            "per batch: split them into smaller batches", entity=name)
+    if options["requires_session"]:
+        missing = [i for i, e in enumerate(envelopes) if e.get("session_id") is None]
+        if missing:
+            raise InvalidOperationError(
+                f"entity {name!r} requires sessions: message(s) at {missing[:5]} have no session_id", entity=name)
+    if options["requires_duplicate_detection"] and any(e.get("message_id") is None for e in envelopes):
+        raise InvalidOperationError(
+            f"entity {name!r} has duplicate detection: give every message a message_id", entity=name)
+
+
+def plan_send(definition: Definition, envelopes: Sequence[Mapping[str, Any]],
+              partition_count: int) -> tuple[dict[int, list[int]], list[int]]:
+    """Split a send: `(keyed, unkeyed)` where `keyed` maps a partition to the indexes of the
+    messages that must go there, and `unkeyed` lists the indexes free to go anywhere."""
+    dedup = bool(definition["options"]["requires_duplicate_detection"])
+    keyed: dict[int, list[int]] = {}
+    unkeyed: list[int] = []
+    home = None if is_partitioned(definition) else home_partition(definition["name"], partition_count)
+    for i, env in enumerate(envelopes):
+        key = resolve_partition_key(env, duplicate_detection=dedup)
+        if home is not None:
+            keyed.setdefault(home, []).append(i)
+        elif key is None:
+            unkeyed.append(i)
+        else:
+            keyed.setdefault(partition_for_key(key, partition_count), []).append(i)
+    return keyed, unkeyed
+
+
+def group_by_sequence(definition: Definition, sequence_numbers: Iterable[int], partition_count: int,
+                      session_partition_index: int | None = None) -> dict[int, list[int]]:
+    """Positions of `sequence_numbers` grouped by the partition holding each (a session's own
+    partition when `session_partition_index` is given)."""
+    groups: dict[int, list[int]] = {}
+    for i, seq in enumerate(sequence_numbers):
+        k = session_partition_index if session_partition_index is not None else \
+            partition_of_sequence(definition, int(seq), partition_count)
+        groups.setdefault(k, []).append(i)
+    return groups
+
+
+def peek_hosts(definition: Definition, partition_count: int, from_sequence: int,
+               session_partition_index: int | None) -> list[int]:
+    """The partitions a peek from `from_sequence` reads, in sequence-number order."""
+    if session_partition_index is not None:
+        return [session_partition_index]
+    if is_partitioned(definition):
+        return list(range(min(partition_of(from_sequence), partition_count), partition_count))
+    return hosts(definition, partition_count)
+
+
+def merge_peeks(pages: Iterable[Sequence[dict[str, Any]]], max_count: int) -> list[dict[str, Any]]:
+    """Pages of peeked records merged by sequence number, the first `max_count`."""
+    return sorted((r for page in pages for r in page), key=lambda r: r["sequence_number"])[:max_count]

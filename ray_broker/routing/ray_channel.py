@@ -1,0 +1,67 @@
+"""The Ray implementation of `PartitionChannel`: partition actors called through their handles.
+
+Where the handles come from is a `HandleSource`: the gateway creates partition actors itself
+(and recreates one Ray will not restart); a client takes them from the gateway's routing table
+and asks the gateway again when one has died.
+"""
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Protocol, Sequence
+
+import ray
+from ray.exceptions import ActorDiedError, ActorUnavailableError, GetTimeoutError, RayActorError, RayTaskError
+
+from ..errors import unwrap_remote_error
+from .channel import Call, PartitionUnavailable
+
+
+class HandleSource(Protocol):
+    """Where a channel gets partition actor handles."""
+
+    def handle(self, index: int) -> Any:
+        """The current handle of partition `index`."""
+        ...
+
+    async def replace(self, index: int) -> None:
+        """Partition `index`'s actor died for good: get (or have someone make) its replacement."""
+        ...
+
+
+class RayChannel:
+    """Calls partition actors (`run` / `run_batch` / `wait_available`) and classifies failures.
+
+    Args:
+        partition_count: how many partitions the namespace has.
+        source: where handles come from.
+    """
+
+    def __init__(self, partition_count: int, source: HandleSource) -> None:
+        self.partition_count = partition_count
+        self.source = source
+
+    async def call(self, index: int, calls: Sequence[Call], timeout: float) -> list[Any]:
+        """Run `calls` on partition `index` in one actor call; engine errors come back typed."""
+        handle = self.source.handle(index)
+        if len(calls) == 1:
+            operation, args = calls[0]
+            return [await self._await(index, handle.run.remote(operation, *args), timeout)]
+        return list(await self._await(index, handle.run_batch.remote(list(calls)), timeout))
+
+    async def wait_available(self, index: int, entity: str, subq: int, session_id: str | None, free_session: bool,
+                             timeout: float) -> bool:
+        """Wait on partition `index` (it wakes its waiters when a message arrives); False after `timeout`."""
+        ref = self.source.handle(index).wait_available.remote(entity, subq, session_id, free_session, timeout)
+        return bool(await self._await(index, ref, timeout + 5.0))
+
+    async def _await(self, index: int, ref: Any, timeout: float) -> Any:
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(ref.future()), timeout=max(timeout, 0.001))
+        except RayTaskError as exc:
+            raise unwrap_remote_error(exc) from None
+        except ActorDiedError as exc:
+            await self.source.replace(index)
+            raise PartitionUnavailable(index, f"its actor died ({type(exc).__name__})", replaced=True) from None
+        except (ActorUnavailableError, RayActorError, GetTimeoutError, asyncio.TimeoutError) as exc:
+            ray.cancel(ref)
+            raise PartitionUnavailable(index, type(exc).__name__) from None

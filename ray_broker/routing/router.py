@@ -1,0 +1,476 @@
+"""The router: where each operation goes and what happens when a partition does not answer.
+
+One implementation, used by the gateway (for callers without partition handles) and embedded in
+every client (which then sends and receives straight from partitions):
+- keyed work goes to its partition and is retried there with back-off until the caller's
+  deadline, then `PartitionUnavailableError`; it is never rerouted;
+- an unkeyed batch goes to one partition (spread round-robin) and moves to another when that one
+  is unavailable;
+- a receive is served from the partitions known to hold messages, with the receiver's carried
+  settlements in the same partition call, and waits on every host partition at once (no polling)
+  when none has any.
+All I/O goes through a `PartitionChannel`; time comes from `clock` (monotonic seconds).
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import random
+import time
+from typing import Any, Awaitable, Callable, Sequence
+
+from ..errors import (
+    InvalidOperationError,
+    MessagingEntityNotFoundError,
+    OperationTimeoutError,
+    PartitionUnavailableError,
+)
+from ..protocol import MAIN, PEEK_LOCK
+from ..sku import Sku
+from . import planner
+from .channel import Call, PartitionChannel, PartitionUnavailable
+from .health import RETRY_BACKOFF, PartitionHealth
+from .receiving import RECEIVER_IDLE_S, ReceiverState
+
+ATTEMPT_TIMEOUT_S = 5.0
+"""How long one call may take before its partition counts as unavailable."""
+WATCH_TIMEOUT_S = 10.0
+"""The longest one wait on a partition lasts before it is renewed."""
+DATA_OPERATIONS = frozenset({"send", "cancel_scheduled", "receive", "settle", "close_receiver", "receive_deferred",
+                             "peek", "accept_session", "session_call"})
+"""The router methods that clients call; everything else a gateway serves is management."""
+DEFINITION_TTL_S = 2.0
+"""How long an entity's definition is cached."""
+SETTLE_TIMEOUT_S = 60.0
+_RELEASING = ("abandon", "release")
+"""Settlements that make a message available again."""
+
+Session = dict[str, Any]
+"""A held session lock as clients carry it: `session_id`, `lock_token`, `partition`, `seen`."""
+
+
+def _session_args(session: Session | None) -> tuple[str, bytes] | None:
+    return None if session is None else (session["session_id"], session["lock_token"])
+
+
+class Router:
+    """Routing policy over a channel to the partitions of one namespace.
+
+    Args:
+        name: the namespace's name (for messages).
+        channel: how partitions are reached.
+        sku: the namespace's tier (size limits).
+        clock: monotonic seconds (injectable for tests).
+    """
+
+    def __init__(self, name: str, channel: PartitionChannel, sku: Sku,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.name = name
+        self.channel = channel
+        self.sku = sku
+        self.count = channel.partition_count
+        self.clock = clock
+        self.health = PartitionHealth(self.count)
+        self._definitions: dict[str, tuple[float, dict[str, Any]]] = {}
+        self._spread = itertools.count(random.randrange(self.count))
+        self._hints: dict[tuple[str, int, str | None], dict[int, bool]] = {}
+        self._watches: dict[tuple[Any, ...], asyncio.Task[bool]] = {}
+        self._receivers: dict[str, ReceiverState] = {}
+
+    # ------------------------------------------------------------------ partition calls
+
+    async def call(self, index: int, calls: Sequence[Call], timeout: float = ATTEMPT_TIMEOUT_S) -> list[Any]:
+        """One round trip to a partition; engine errors pass through, failures are recorded and raised
+        as `PartitionUnavailable`."""
+        try:
+            results = await self.channel.call(index, calls, min(timeout, ATTEMPT_TIMEOUT_S))
+        except PartitionUnavailable:
+            self.health.failed(index, self.clock())
+            raise
+        self.health.succeeded(index)
+        return results
+
+    async def call_one(self, index: int, operation: str, *args: Any, timeout: float = ATTEMPT_TIMEOUT_S) -> Any:
+        """`call` with a single operation; returns its result."""
+        return (await self.call(index, [(operation, args)], timeout))[0]
+
+    async def keyed(self, index: int, operation: str, *args: Any, deadline: float, entity: str | None = None) -> Any:
+        """Call partition `index`, retrying it with back-off until `deadline`; never another partition."""
+        attempt = 0
+        while True:
+            remaining = deadline - self.clock()
+            try:
+                return await self.call_one(index, operation, *args, timeout=remaining)
+            except PartitionUnavailable as exc:
+                delay = RETRY_BACKOFF.delay(attempt)
+                attempt += 1
+                if self.clock() + delay >= deadline:
+                    raise PartitionUnavailableError(
+                        f"partition {index} of namespace {self.name!r} did not answer in time ({exc.reason}); "
+                        "the operation needs that partition: retry later or with a longer timeout",
+                        entity=entity, partition=index) from None
+                await asyncio.sleep(delay)
+
+    async def everywhere(self, operation: str, *args: Any, deadline: float, entity: str | None = None) -> list[Any]:
+        """Run an operation on every partition (management), each retried until `deadline`."""
+        return list(await asyncio.gather(*(self.keyed(k, operation, *args, deadline=deadline, entity=entity)
+                                            for k in range(self.count))))
+
+    async def any(self, operation: str, *args: Any, timeout: float = 30.0) -> Any:
+        """Run a read-only operation on the first partition that answers."""
+        deadline = self.clock() + timeout
+        while True:
+            for k in self.health.order(list(range(self.count)), self.clock()):
+                try:
+                    return await self.call_one(k, operation, *args, timeout=deadline - self.clock())
+                except PartitionUnavailable:
+                    if self.clock() >= deadline:
+                        break
+            if self.clock() >= deadline:
+                raise PartitionUnavailableError(
+                    f"no partition of namespace {self.name!r} answered; retry when the namespace is back")
+            await asyncio.sleep(0.1)
+
+    # ------------------------------------------------------------------ definitions
+
+    async def definition(self, name: str, fresh: bool = False) -> dict[str, Any]:
+        """An entity's definition, cached for `DEFINITION_TTL_S`."""
+        key = name.lower()
+        cached = self._definitions.get(key)
+        if cached is not None and not fresh and cached[0] > self.clock():
+            return cached[1]
+        try:
+            definition = await self.any("get_entity", name)
+        except MessagingEntityNotFoundError:
+            self._definitions.pop(key, None)
+            raise
+        self.remember(definition)
+        return definition  # type: ignore[no-any-return]
+
+    def remember(self, definition: dict[str, Any]) -> None:
+        """Cache a definition just created or changed."""
+        self._definitions[definition["name"].lower()] = (self.clock() + DEFINITION_TTL_S, definition)
+
+    def forget(self, name: str) -> None:
+        """Drop a deleted entity's definition."""
+        self._definitions.pop(name.lower(), None)
+
+    # ------------------------------------------------------------------ sending
+
+    async def send(self, entity: str, envelopes: list[dict[str, Any]], timeout: float) -> list[int | None]:
+        """Route and store messages; returns sequence numbers in order (None for dropped duplicates)."""
+        deadline = self.clock() + timeout
+        definition = await self.definition(entity)
+        planner.check_send(definition, envelopes, self.sku.max_message_bytes, self.sku.name)
+        keyed, unkeyed = planner.plan_send(definition, envelopes, self.count)
+        result: list[int | None] = [None] * len(envelopes)
+
+        async def to_partition(k: int, indexes: list[int]) -> None:
+            seqs = await self.keyed(k, "send", entity, [envelopes[i] for i in indexes], deadline=deadline,
+                                    entity=entity)
+            self._place(result, indexes, seqs, definition, k)
+
+        jobs: list[Awaitable[None]] = [to_partition(k, idx) for k, idx in keyed.items()]
+        if unkeyed:
+            jobs.append(self._send_spread(definition, [envelopes[i] for i in unkeyed], unkeyed, result, deadline))
+        await asyncio.gather(*jobs)
+        return result
+
+    def _place(self, result: list[int | None], indexes: list[int], seqs: Sequence[int | None],
+               definition: dict[str, Any], k: int) -> None:
+        for i, seq in zip(indexes, seqs):
+            result[i] = seq
+        self._hint(definition, MAIN, None, k, True)
+
+    async def _send_spread(self, definition: dict[str, Any], batch: list[dict[str, Any]], indexes: list[int],
+                           result: list[int | None], deadline: float) -> None:
+        """Send an unkeyed batch to one partition, moving to another when one is unavailable."""
+        start = next(self._spread) % self.count
+        name = definition["name"]
+        while True:
+            order = self.health.order([(start + j) % self.count for j in range(self.count)], self.clock())
+            for k in order:
+                remaining = deadline - self.clock()
+                if remaining <= 0:
+                    break
+                try:
+                    seqs = await self.call_one(k, "send", name, batch, timeout=remaining)
+                except PartitionUnavailable:
+                    continue
+                self._place(result, indexes, seqs, definition, k)
+                return
+            if self.clock() >= deadline:
+                raise PartitionUnavailableError(
+                    f"no partition of {name!r} accepted the messages before the timeout; retry later", entity=name)
+            await asyncio.sleep(0.05)
+
+    async def cancel_scheduled(self, entity: str, sequence_numbers: list[int], timeout: float) -> None:
+        """Cancel scheduled messages on the partitions that hold them."""
+        deadline = self.clock() + timeout
+        definition = await self.definition(entity)
+        groups = planner.group_by_sequence(definition, sequence_numbers, self.count)
+        await asyncio.gather(*(self.keyed(k, "cancel_scheduled", entity, [sequence_numbers[i] for i in idx],
+                                          deadline=deadline, entity=entity) for k, idx in groups.items()))
+
+    # ------------------------------------------------------------------ receiving
+
+    def _hint(self, definition: dict[str, Any], subq: int, session_id: str | None, k: int, value: bool) -> None:
+        self._hints.setdefault((definition["name"].lower(), subq, session_id), {})[k] = value
+
+    def _settlement_groups(self, definition: dict[str, Any], session: Session | None,
+                           ops: list[list[Any]]) -> dict[int, list[int]]:
+        return planner.group_by_sequence(definition, [op[1] for op in ops], self.count,
+                                         None if session is None else session["partition"])
+
+    async def receive(self, receiver_id: str, entity: str, subq: int, mode: str, session: Session | None,
+                      max_count: int, max_wait: float, prefetch: int, settlements: list[list[Any]]) -> dict[str, Any]:
+        """Apply the settlements the call carries, then return up to `max_count` messages: from the
+        receiver's cache, then from partitions with messages, waiting up to `max_wait` seconds for
+        the first one to arrive. Returns `{"messages": [...], "settled": [one result per settlement]}`.
+
+        Settlements for the partition that serves the receive travel in the same partition call;
+        the others are sent in parallel with it.
+        """
+        deadline = self.clock() + max_wait
+        definition = await self.definition(entity)
+        state = self._receiver(receiver_id, entity, subq)
+        out = state.take(max_count, time.time())
+        session_args = _session_args(session)
+        session_id = None if session is None else session["session_id"]
+        hosts = [session["partition"]] if session is not None else planner.hosts(definition, self.count)
+        hints = self._hints.setdefault((definition["name"].lower(), subq, session_id), {})
+        settled: list[Any] = [None] * len(settlements)
+        pending = self._settlement_groups(definition, session, settlements)
+        background: list[asyncio.Future[None]] = []
+        probed = False
+        while len(out) < max_count:
+            now = self.clock()
+            ready = [k for k in hosts if hints.get(k) and self.health.available(k, now)]
+            carried = [k for k in ready if k in pending]
+            k: int | None = None
+            if carried:
+                k = carried[0]
+            elif ready:
+                k = ready[next(self._spread) % len(ready)]
+            background.extend(self._settle_groups(definition, subq, session, settlements, pending, settled, keep=k))
+            if k is None:
+                await asyncio.gather(*background)
+                background.clear()
+                remaining = deadline - self.clock()
+                if remaining <= 0 and probed:
+                    break
+                probed = True
+                if not await self._wait_any(definition, subq, session_id, False, hosts, max(remaining, 0.0)):
+                    if self.clock() >= deadline:
+                        break
+                continue
+            need = max_count - len(out)
+            extra = max(0, prefetch - len(state.cache)) if mode == PEEK_LOCK else 0
+            calls: list[Call] = []
+            carried_indexes = pending.pop(k, [])
+            if carried_indexes:
+                calls.append(("settle", (entity, subq, [settlements[i] for i in carried_indexes], session_args)))
+            seen = 0 if session is None else state.highest_sequence(int(session.get("seen", 0)))
+            calls.append(("receive", (entity, subq, need + extra, mode, session_args, seen)))
+            try:
+                replies = await self.call(k, calls)
+            except PartitionUnavailable:
+                hints[k] = False
+                if carried_indexes:
+                    pending[k] = carried_indexes
+                continue
+            if carried_indexes:
+                for i, result in zip(carried_indexes, replies[0]):
+                    settled[i] = result
+            reply = replies[-1]
+            if any(settlements[i][0] in _RELEASING for i in carried_indexes):
+                reply["more"] = True
+            hints[k] = reply["more"]
+            records = [(k, r) for r in reply["messages"]]
+            out.extend(records[:need])
+            state.cache.extend(records[need:])
+            if out:
+                break
+        background.extend(self._settle_groups(definition, subq, session, settlements, pending, settled, keep=None))
+        await asyncio.gather(*background)
+        state.last_used = self.clock()
+        return {"messages": [dict(r, partition=k) for k, r in out], "settled": settled}
+
+    def _settle_groups(self, definition: dict[str, Any], subq: int, session: Session | None,
+                       ops: list[list[Any]], pending: dict[int, list[int]], results: list[Any],
+                       keep: int | None) -> list[asyncio.Future[None]]:
+        """Start settling every pending group except `keep`'s; each op's result lands in `results`."""
+        deadline = self.clock() + SETTLE_TIMEOUT_S
+
+        async def apply(k: int, indexes: list[int]) -> None:
+            try:
+                replies = await self._settle_on(k, definition, subq, session, [ops[i] for i in indexes], deadline)
+            except Exception as exc:  # noqa: BLE001 - each op reports what stopped it
+                replies = [exc] * len(indexes)
+            for i, reply in zip(indexes, replies):
+                results[i] = reply
+
+        return [asyncio.ensure_future(apply(k, pending.pop(k))) for k in [k for k in pending if k != keep]]
+
+    async def _settle_on(self, k: int, definition: dict[str, Any], subq: int, session: Session | None,
+                         ops: list[list[Any]], deadline: float) -> list[Any]:
+        name = definition["name"]
+        replies = await self.keyed(k, "settle", name, subq, ops, _session_args(session), deadline=deadline,
+                                   entity=name)
+        if any(op[0] in _RELEASING for op in ops):
+            self._hint(definition, subq, None if session is None else session["session_id"], k, True)
+        return replies  # type: ignore[no-any-return]
+
+    def _receiver(self, receiver_id: str, entity: str, subq: int) -> ReceiverState:
+        state = self._receivers.get(receiver_id)
+        if state is None:
+            state = self._receivers[receiver_id] = ReceiverState(entity=entity, subq=subq)
+        return state
+
+    async def _wait_any(self, definition: dict[str, Any], subq: int, session_id: str | None, free_session: bool,
+                        hosts: list[int], timeout: float) -> bool:
+        """Wait until some host partition has messages (shared watches, no polling); set hints.
+
+        Partitions in back-off are not watched; a watch that ends without news leaves the others
+        waiting, so a failing partition cannot turn the wait into a busy loop.
+        """
+        name = definition["name"]
+        key = name.lower()
+        watch_for = min(max(timeout, 0.0), WATCH_TIMEOUT_S)
+        give_up = self.clock() + watch_for + 1.0
+        now = self.clock()
+        waiting: set[asyncio.Task[bool]] = set()
+        for k in hosts:
+            if not self.health.available(k, now):
+                continue
+            wkey = (key, subq, session_id, free_session, k)
+            task = self._watches.get(wkey)
+            if task is None or task.done():
+                task = asyncio.ensure_future(self._watch(name, subq, session_id, free_session, k, watch_for))
+                self._watches[wkey] = task
+                task.add_done_callback(lambda t, w=wkey: self._watches.pop(w, None) if self._watches.get(w) is t else None)
+            waiting.add(task)
+        while waiting:
+            remaining = give_up - self.clock()
+            if remaining <= 0:
+                return False
+            done, waiting = await asyncio.wait(waiting, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+            if any(not t.cancelled() and t.exception() is None and t.result() for t in done):
+                return True
+        await asyncio.sleep(0.05)
+        return False
+
+    async def _watch(self, entity: str, subq: int, session_id: str | None, free_session: bool, k: int,
+                     timeout: float) -> bool:
+        try:
+            available = await self.channel.wait_available(k, entity, subq, session_id, free_session, timeout)
+        except PartitionUnavailable:
+            self.health.failed(k, self.clock())
+            return False
+        self.health.succeeded(k)
+        if not free_session:
+            self._hints.setdefault((entity.lower(), subq, session_id), {})[k] = available
+        return available
+
+    async def settle(self, entity: str, subq: int, session: Session | None, ops: list[list[Any]],
+                     timeout: float) -> list[Any]:
+        """Apply settlements on the partitions holding the messages; one result per op, in order."""
+        deadline = self.clock() + timeout
+        definition = await self.definition(entity)
+        groups = self._settlement_groups(definition, session, ops)
+        results: list[Any] = [None] * len(ops)
+
+        async def apply(k: int, indexes: list[int]) -> None:
+            replies = await self._settle_on(k, definition, subq, session, [ops[i] for i in indexes], deadline)
+            for i, reply in zip(indexes, replies):
+                results[i] = reply
+
+        await asyncio.gather(*(apply(k, idx) for k, idx in groups.items()))
+        return results
+
+    async def close_receiver(self, receiver_id: str) -> int:
+        """Release the messages a receiver holds but never handed out (no delivery counted)."""
+        state = self._receivers.pop(receiver_id, None)
+        if state is None or not state.cache:
+            return 0
+        released = len(state.cache)
+        deadline = self.clock() + 30.0
+        await asyncio.gather(*(self.keyed(k, "settle", state.entity, state.subq, ops, None, deadline=deadline)
+                               for k, ops in state.releases().items()), return_exceptions=True)
+        return released
+
+    async def sweep_idle_receivers(self) -> None:
+        """Release caches of receivers whose clients went away without closing them."""
+        cutoff = self.clock() - RECEIVER_IDLE_S
+        for receiver_id in [r for r, s in self._receivers.items() if s.last_used < cutoff]:
+            await self.close_receiver(receiver_id)
+
+    async def receive_deferred(self, entity: str, subq: int, mode: str, session: Session | None,
+                               sequence_numbers: list[int], timeout: float) -> list[dict[str, Any]]:
+        """Deferred messages by sequence number, from the partitions that hold them."""
+        deadline = self.clock() + timeout
+        definition = await self.definition(entity)
+        groups = planner.group_by_sequence(definition, sequence_numbers, self.count,
+                                           None if session is None else session["partition"])
+        replies = await asyncio.gather(*(
+            self.keyed(k, "receive_deferred", entity, subq, [sequence_numbers[i] for i in idx], mode,
+                       _session_args(session), deadline=deadline, entity=entity) for k, idx in groups.items()))
+        by_seq = {r["sequence_number"]: dict(r, partition=k) for k, rs in zip(groups, replies) for r in rs}
+        return [by_seq[s] for s in dict.fromkeys(sequence_numbers) if s in by_seq]
+
+    async def peek(self, entity: str, subq: int, session: Session | None, from_sequence: int,
+                   max_count: int) -> list[dict[str, Any]]:
+        """Browse messages in sequence-number order from `from_sequence`, across partitions in index
+        order (all partitions are asked at once)."""
+        definition = await self.definition(entity)
+        hosts = planner.peek_hosts(definition, self.count, from_sequence,
+                                   None if session is None else session["partition"])
+        deadline = self.clock() + 30.0
+        session_id = None if session is None else session["session_id"]
+        pages = await asyncio.gather(*(
+            self.keyed(k, "peek", entity, subq, from_sequence if k == hosts[0] else (k << 48), max_count, session_id,
+                       deadline=deadline, entity=entity) for k in hosts))
+        return planner.merge_peeks(pages, max_count)
+
+    # ------------------------------------------------------------------ sessions
+
+    async def accept_session(self, entity: str, session_id: str | None, max_wait: float) -> dict[str, Any]:
+        """Lock a named session, or the next available one (waiting up to `max_wait`)."""
+        deadline = self.clock() + max_wait
+        definition = await self.definition(entity)
+        if not definition["options"]["requires_session"]:
+            raise InvalidOperationError(
+                f"entity {definition['name']!r} does not require sessions; open a receiver without session_id",
+                entity=entity)
+        if session_id is not None:
+            k = planner.session_partition(definition, session_id, self.count)
+            lock = await self.keyed(k, "accept_session", entity, session_id,
+                                    deadline=max(deadline, self.clock() + 30.0), entity=entity)
+            return dict(lock, partition=k)
+        hosts = planner.hosts(definition, self.count)
+        probed = False
+        while True:
+            start = next(self._spread)
+            for j in range(len(hosts)):
+                k = hosts[(start + j) % len(hosts)]
+                if not self.health.available(k, self.clock()):
+                    continue
+                try:
+                    lock = await self.call_one(k, "accept_session", entity, None)
+                except PartitionUnavailable:
+                    continue
+                if lock is not None:
+                    return dict(lock, partition=k)
+            remaining = deadline - self.clock()
+            if remaining <= 0 and probed:
+                raise OperationTimeoutError(
+                    f"no session of {definition['name']!r} became available within {max_wait:g} s; "
+                    "retry, or pass a longer max_wait_time", entity=entity)
+            probed = True
+            await self._wait_any(definition, MAIN, None, True, hosts, max(remaining, 0.0))
+
+    async def session_call(self, entity: str, session: Session, operation: str, *args: Any) -> Any:
+        """Renew, release, or get/set the state of a held session."""
+        deadline = self.clock() + 30.0
+        return await self.keyed(session["partition"], operation, entity, session["session_id"],
+                                session["lock_token"], *args, deadline=deadline, entity=entity)
