@@ -7,7 +7,7 @@
         sender.send_messages(rb.Message("hello"))
 
 The message model, errors, entities and routing import without Ray; the client names (`start`,
-`connect`, `Namespace`, senders and receivers) load Ray on first use, so that the engine and
+`connect`, `Namespace`, senders, receivers and the lock renewer) load Ray on first use, so that the engine and
 everything it needs can be imported, and tested, where Ray is absent.
 """
 from __future__ import annotations
@@ -22,16 +22,16 @@ from .message import Message, ReceivedMessage
 from .protocol import NEXT_AVAILABLE_SESSION, MessageState, ReceiveMode, SubQueue
 from .routing import partition_of
 
-_CLIENT_NAMES = ("start", "connect", "stop", "Namespace", "Sender", "Receiver", "ReceiverSession")
+_CLIENT_NAMES = ("start", "connect", "stop", "Namespace", "Sender", "Receiver", "ReceiverSession", "AutoLockRenewer")
 """Public names that need Ray: loaded on first use."""
 
 
 def __getattr__(name: str) -> Any:
     if name not in _CLIENT_NAMES:
         raise AttributeError(f"module 'ray_broker' has no attribute {name!r}")
-    from .client import namespace, receiver, sender
+    from .client import autolock, namespace, receiver, sender
 
-    value = getattr(next(m for m in (namespace, sender, receiver) if hasattr(m, name)), name)
+    value = getattr(next(m for m in (namespace, sender, receiver, autolock) if hasattr(m, name)), name)
     globals()[name] = value
     return value
 
@@ -41,7 +41,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
-    "start", "connect", "stop", "Namespace", "Sender", "Receiver", "ReceiverSession", "MessageBatch",
+    "start", "connect", "stop", "Namespace", "Sender", "Receiver", "ReceiverSession", "AutoLockRenewer", "MessageBatch",
     "Message", "ReceivedMessage", "MessageState", "ReceiveMode", "SubQueue", "NEXT_AVAILABLE_SESSION",
     "QueueProperties", "QueueRuntimeProperties", "PartitionRuntimeProperties", "partition_of", "errors",
     *errors.__all__,

@@ -82,8 +82,11 @@ class ReceiverSession:
         self.session_id: str = lock["session_id"]
         self.locked_until_utc: datetime | None = to_datetime(lock["locked_until"])
 
-    def _call(self, operation: str, *args: Any) -> Any:
-        self._receiver._before_operation()
+    def _call(self, operation: str, *args: Any, send_buffered: bool = True) -> Any:
+        if send_buffered:
+            self._receiver._before_operation()
+        else:
+            self._receiver._check_open()
         return self._receiver._link.call(
             "session_call", self._receiver._target.entity, self._lock, operation, *args, timeout=_OP_TIMEOUT_S)
 
@@ -97,7 +100,12 @@ class ReceiverSession:
 
     def renew_lock(self) -> datetime:
         """Extend the session lock (and the locks of its messages) by the entity's lock duration."""
-        until = to_datetime(self._call("renew_session"))
+        return self._renew(send_buffered=True)
+
+    def _renew(self, *, send_buffered: bool) -> datetime:
+        """Renew the session lock; without `send_buffered`, buffered settlements and their errors are
+        left to the receiver's next operation (a lock renewer's thread renews this way)."""
+        until = to_datetime(self._call("renew_session", send_buffered=send_buffered))
         assert until is not None
         self.locked_until_utc = until
         self._lock["locked_until"] = until.timestamp()
@@ -300,12 +308,18 @@ class Receiver:
 
     def renew_message_lock(self, message: ReceivedMessage) -> datetime:
         """Extend the message's lock by the entity's lock duration; returns the new expiry (UTC)."""
+        return self._renew_message_lock(message, send_buffered=True)
+
+    def _renew_message_lock(self, message: ReceivedMessage, *, send_buffered: bool) -> datetime:
+        """Renew one message lock; without `send_buffered`, buffered settlements and their errors are
+        left to the receiver's next operation (a lock renewer's thread renews this way)."""
         if self._target.session_id is not None:
             raise InvalidOperationError("messages of a session receiver are locked by the session: "
                                         "use receiver.session.renew_lock()")
         if self._target.mode is ReceiveMode.RECEIVE_AND_DELETE:
             raise InvalidOperationError("messages received in RECEIVE_AND_DELETE mode have no lock to renew")
-        self._before_operation()
+        if send_buffered:
+            self._before_operation()
         op = settlement_op(message, "renew", self._key, self._closed)
         results = self._link.call("settle", self._target.entity, self._target.subq, None, [op],
                                       _OP_TIMEOUT_S, timeout=_OP_TIMEOUT_S)

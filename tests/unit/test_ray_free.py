@@ -1,11 +1,13 @@
-"""The engine, routing, message model, protocol and client core import and run where Ray is absent."""
+"""The engine, routing, message model, protocol, client core and lock renewal policy import and run
+where Ray is absent."""
 from __future__ import annotations
 
 import subprocess
 import sys
 
 RAY_FREE_MODULES = ("ray_broker", "ray_broker.engine.partition", "ray_broker.engine.store_lock", "ray_broker.routing",
-                    "ray_broker.message", "ray_broker.protocol", "ray_broker.client.core", "ray_broker.entities")
+                    "ray_broker.message", "ray_broker.protocol", "ray_broker.client.core", "ray_broker.client.renewal",
+                    "ray_broker.entities")
 
 PROBE = """
 import sys
