@@ -12,6 +12,7 @@ from typing import Any, Mapping
 
 from .clock import MAX_DURATION_SECONDS, duration_seconds, to_datetime
 from .errors import InvalidArgumentError
+from .sku import Sku
 
 MAX_NAME_LENGTH = 260
 _NAME_RE = re.compile(r"[A-Za-z0-9._\-/]+")
@@ -21,6 +22,7 @@ MAX_DUP_WINDOW_SECONDS = 7 * 24 * 3600.0
 QUEUE_STATUSES = ("Active", "Disabled", "SendDisabled", "ReceiveDisabled")
 SEND_BLOCKING = ("Disabled", "SendDisabled")
 RECEIVE_BLOCKING = ("Disabled", "ReceiveDisabled")
+MAX_USER_METADATA_LENGTH = 1024
 
 QUEUE_DEFAULTS: dict[str, Any] = {
     "enable_partitioning": False,
@@ -35,8 +37,13 @@ QUEUE_DEFAULTS: dict[str, Any] = {
     "forward_dead_lettered_messages_to": None,
     "max_size_in_megabytes": 1024,
     "status": "Active",
+    "user_metadata": None,
 }
 IMMUTABLE_QUEUE_OPTIONS = ("enable_partitioning", "requires_session", "requires_duplicate_detection")
+FIXED_QUEUE_PROPERTIES = ("auto_delete_on_idle", "max_message_size_in_kilobytes", "enable_batched_operations",
+                          "availability_status")
+"""`QueueProperties` fields that carry the SDK's names with values fixed here: queues are never
+auto-deleted, the message size limit is the tier's, operations are always batched."""
 
 
 def check_entity_name(name: Any, what: str = "entity") -> str:
@@ -88,9 +95,10 @@ def _positive_int(name: str, value: Any, high: int) -> int:
 def normalize_queue_options(options: Mapping[str, Any], *, base: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Validate queue options and return them in wire form (durations in seconds).
 
-    `base` holds the current options when updating; unknown keys are rejected.
+    `base` holds the current options when updating (options it lacks take their defaults);
+    unknown keys are rejected.
     """
-    result = dict(base if base is not None else QUEUE_DEFAULTS)
+    result = {**QUEUE_DEFAULTS, **(base or {})}
     for key, value in options.items():
         if key not in QUEUE_DEFAULTS:
             raise InvalidArgumentError(f"unknown queue option {key!r}; known options: {', '.join(QUEUE_DEFAULTS)}")
@@ -111,6 +119,12 @@ def normalize_queue_options(options: Mapping[str, Any], *, base: Mapping[str, An
         elif key == "status":
             if value not in QUEUE_STATUSES:
                 raise InvalidArgumentError(f"status must be one of {', '.join(QUEUE_STATUSES)}, got {value!r}")
+            result[key] = value
+        elif key == "user_metadata":
+            if value is not None and (not isinstance(value, str) or len(value) > MAX_USER_METADATA_LENGTH):
+                raise InvalidArgumentError(
+                    f"user_metadata must be None or a str of at most {MAX_USER_METADATA_LENGTH} characters, got "
+                    + (f"{len(value)} characters" if isinstance(value, str) else type(value).__name__))
             result[key] = value
     return result
 
@@ -136,12 +150,17 @@ class QueueProperties:
     forward_dead_lettered_messages_to: str | None = None
     max_size_in_megabytes: int = 1024
     status: str = "Active"
+    user_metadata: str | None = None
+    auto_delete_on_idle: timedelta = timedelta.max
+    max_message_size_in_kilobytes: int = 256
+    enable_batched_operations: bool = True
+    availability_status: str = "Available"
     created_at_utc: datetime | None = None
     updated_at_utc: datetime | None = None
 
     @classmethod
-    def from_definition(cls, definition: Mapping[str, Any]) -> QueueProperties:
-        """Build from the wire form partitions store."""
+    def from_definition(cls, definition: Mapping[str, Any], *, sku: Sku) -> QueueProperties:
+        """Build from the wire form partitions store, in a namespace of tier `sku`."""
         opts = definition["options"]
         return cls(
             name=definition["name"],
@@ -157,12 +176,14 @@ class QueueProperties:
             forward_dead_lettered_messages_to=opts["forward_dead_lettered_messages_to"],
             max_size_in_megabytes=opts["max_size_in_megabytes"],
             status=opts["status"],
+            user_metadata=opts.get("user_metadata"),
+            max_message_size_in_kilobytes=sku.max_message_bytes // 1024,
             created_at_utc=to_datetime(definition.get("created_at")),
             updated_at_utc=to_datetime(definition.get("updated_at")),
         )
 
     def changes(self) -> dict[str, Any]:
-        """The option values of this object, for `update_queue(properties)`."""
+        """The option values of this object, for `update_queue(properties)` (the fixed fields are not options)."""
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name in QUEUE_DEFAULTS}
 
 

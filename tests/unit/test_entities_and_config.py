@@ -11,6 +11,8 @@ import pytest
 from ray_broker import config as config_module
 from ray_broker.config import check_namespace_name, is_shared_filesystem, load_config, plan_config, save_config
 from ray_broker.entities import (
+    FIXED_QUEUE_PROPERTIES,
+    MAX_USER_METADATA_LENGTH,
     QUEUE_DEFAULTS,
     QueueProperties,
     QueueRuntimeProperties,
@@ -74,6 +76,11 @@ def test_durations_are_stored_in_seconds() -> None:
     ("status", "Paused"),
     ("forward_to", "bad name"),
     ("no_such_option", 1),
+    ("user_metadata", "m" * 1025),
+    ("user_metadata", 5),
+    ("user_metadata", b"bytes"),
+    ("auto_delete_on_idle", timedelta(hours=1)),
+    ("max_message_size_in_kilobytes", 1024),
 ])
 def test_out_of_range_options_are_invalid_arguments(option: str, value: Any) -> None:
     with pytest.raises(InvalidArgumentError) as info:
@@ -91,11 +98,44 @@ def test_update_starts_from_the_current_options() -> None:
 def test_queue_properties_from_a_definition() -> None:
     definition = {"name": "q", "options": normalize_queue_options({"lock_duration": 30}),
                   "created_at": 1_700_000_000.0, "updated_at": 1_700_000_001.0}
-    props = QueueProperties.from_definition(definition)
+    props = QueueProperties.from_definition(definition, sku=get_sku("standard"))
     assert props.lock_duration == timedelta(seconds=30)
     assert props.default_message_time_to_live is None
     assert props.created_at_utc is not None and props.created_at_utc.timestamp() == 1_700_000_000.0
     assert normalize_queue_options(props.changes()) == definition["options"]
+
+
+@pytest.mark.parametrize(("sku", "kilobytes"), [("basic", 256), ("standard", 256), ("premium", 1024)])
+def test_queue_properties_carry_the_sdk_fields_with_their_values_here(sku: str, kilobytes: int) -> None:
+    definition = {"name": "q", "options": normalize_queue_options({"user_metadata": "owner: billing"})}
+    props = QueueProperties.from_definition(definition, sku=get_sku(sku))
+    assert props.max_message_size_in_kilobytes == kilobytes
+    assert props.auto_delete_on_idle == timedelta.max
+    assert props.enable_batched_operations is True
+    assert props.availability_status == "Available"
+    assert props.user_metadata == "owner: billing"
+
+
+def test_fixed_properties_are_not_options_and_user_metadata_round_trips() -> None:
+    options = normalize_queue_options({"user_metadata": "v2", "max_delivery_count": 4})
+    props = QueueProperties.from_definition({"name": "q", "options": options}, sku=get_sku("premium"))
+    changes = props.changes()
+    assert not set(FIXED_QUEUE_PROPERTIES) & set(changes)
+    assert changes["user_metadata"] == "v2"
+    assert normalize_queue_options(changes) == options
+
+
+@pytest.mark.parametrize("metadata", [None, "", "m" * MAX_USER_METADATA_LENGTH, "ünïcode ✓"])
+def test_valid_user_metadata_is_kept_as_given(metadata: str | None) -> None:
+    assert normalize_queue_options({"user_metadata": metadata})["user_metadata"] == metadata
+
+
+def test_a_definition_stored_before_user_metadata_existed_reads_and_updates() -> None:
+    old_options = {k: v for k, v in normalize_queue_options({}).items() if k != "user_metadata"}
+    props = QueueProperties.from_definition({"name": "q", "options": old_options}, sku=get_sku("standard"))
+    assert props.user_metadata is None
+    updated = normalize_queue_options({"max_delivery_count": 3}, base=old_options)
+    assert updated == {**QUEUE_DEFAULTS, "max_delivery_count": 3}
 
 
 def test_runtime_properties_sum_partitions_and_report_limited() -> None:
