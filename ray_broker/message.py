@@ -126,22 +126,30 @@ class Message:
         elif not isinstance(body, bytes):
             raise TypeError(f"body must be bytes or str, not {type(body).__name__}")
         self.body: bytes = body
-        fields = locals()
-        for name in _HEADER_FIELDS:
-            setattr(self, name, _check_text(name, fields[name]))
+        self.message_id = _check_text("message_id", message_id)
+        self.session_id = _check_text("session_id", session_id)
+        self.partition_key = _check_text("partition_key", partition_key)
+        self.correlation_id = _check_text("correlation_id", correlation_id)
+        self.subject = _check_text("subject", subject)
+        self.to = _check_text("to", to)
+        self.reply_to = _check_text("reply_to", reply_to)
+        self.reply_to_session_id = _check_text("reply_to_session_id", reply_to_session_id)
+        self.content_type = _check_text("content_type", content_type)
         if session_id is not None and partition_key is not None and session_id != partition_key:
             raise InvalidOperationError(
                 f"partition_key {partition_key!r} differs from session_id {session_id!r}; "
                 "on a session message the partition key must equal the session id or be left unset"
             )
-        ttl = _check_ttl(time_to_live)
-        self.time_to_live: timedelta | None = None if ttl is None else timedelta(seconds=ttl)
+        self.time_to_live: timedelta | None = None
+        if time_to_live is not None:
+            ttl = _check_ttl(time_to_live)
+            self.time_to_live = None if ttl is None else timedelta(seconds=ttl)
         if scheduled_enqueue_time_utc is not None:
             schedule_time_epoch(scheduled_enqueue_time_utc)
         self.scheduled_enqueue_time_utc = scheduled_enqueue_time_utc
         if application_properties is not None and not isinstance(application_properties, Mapping):
             raise TypeError(f"application_properties must be a mapping, not {type(application_properties).__name__}")
-        props = dict(application_properties or {})
+        props = dict(application_properties) if application_properties else {}
         for key, value in props.items():
             _check_property(key, value)
         self.application_properties: dict[str, Any] = props
@@ -196,32 +204,109 @@ def envelope_from_wire(wire: Mapping[str, Any]) -> dict[str, Any]:
 
 
 class ReceivedMessage:
-    """A message as a receiver sees it: every `Message` field plus the broker's own fields."""
+    """A message as a receiver sees it: every `Message` field plus the broker's own fields.
+
+    Built once per received message, so only what every caller needs is decoded up front; the
+    datetimes, the lock token's UUID and the properties are made on first access.
+    """
+
+    __slots__ = ("body", "sequence_number", "delivery_count", "dead_letter_reason", "dead_letter_error_description",
+                 "dead_letter_source", "_wire", "_record", "_token", "_locked_until", "_locked_until_utc",
+                 "_receiver_key", "_settled", "_properties") + _HEADER_FIELDS
 
     def __init__(self, record: Mapping[str, Any], *, receiver_key: str | None = None, peeked: bool = False) -> None:
-        if "payload" in record:
-            record = {**codec.unpackb(record["payload"]), **record}
-        self.body: bytes = record["body"]
+        wire = codec.unpackb(record["payload"]) if "payload" in record else record
+        self._wire: Mapping[str, Any] = wire
+        self._record = record
+        self.body: bytes = wire["body"]
         for name in _HEADER_FIELDS:
-            setattr(self, name, record.get(name))
-        self.application_properties: dict[str, Any] = dict(record.get("application_properties") or {})
-        ttl = record.get("time_to_live")
-        self.time_to_live: timedelta | None = None if ttl is None else timedelta(seconds=ttl)
-        self.scheduled_enqueue_time_utc: datetime | None = to_datetime(record.get("scheduled_enqueue_time"))
+            setattr(self, name, wire.get(name))
         self.sequence_number: int = record["sequence_number"]
-        self.enqueued_sequence_number: int = record.get("enqueued_sequence_number") or self.sequence_number
-        self.enqueued_time_utc: datetime | None = to_datetime(record.get("enqueued_time"))
-        self.expires_at_utc: datetime | None = to_datetime(record.get("expires_at"))
         self.delivery_count: int = record.get("delivery_count", 0)
-        self.state = MessageState(record.get("state", 0))
         self.dead_letter_reason: str | None = record.get("dead_letter_reason")
         self.dead_letter_error_description: str | None = record.get("dead_letter_error_description")
         self.dead_letter_source: str | None = record.get("dead_letter_source")
-        token = record.get("lock_token") if not peeked else None
-        self.lock_token: uuid.UUID | None = uuid.UUID(bytes=token) if isinstance(token, bytes) else token
-        self.locked_until_utc: datetime | None = None if peeked else to_datetime(record.get("locked_until"))
+        token = None if peeked else record.get("lock_token")
+        self._token: bytes | uuid.UUID | None = token
+        self._locked_until: float | None = None if peeked else record.get("locked_until")
+        self._locked_until_utc: datetime | None = None
+        self._properties: dict[str, Any] | None = None
         self._receiver_key = receiver_key
-        self._settled = peeked or self.lock_token is None
+        self._settled = peeked or token is None
+
+    def _field(self, name: str) -> Any:
+        """A field as the broker reported it, else as the sender set it."""
+        value = self._record.get(name)
+        return self._wire.get(name) if value is None else value
+
+    @property
+    def application_properties(self) -> dict[str, Any]:
+        """The sender's application properties."""
+        if self._properties is None:
+            self._properties = dict(self._wire.get("application_properties") or {})
+        return self._properties
+
+    @property
+    def time_to_live(self) -> timedelta | None:
+        """How long the message lives after it is enqueued (as the sender set it)."""
+        ttl = self._wire.get("time_to_live")
+        return None if ttl is None else timedelta(seconds=ttl)
+
+    @property
+    def scheduled_enqueue_time_utc(self) -> datetime | None:
+        """When a scheduled message became (or becomes) available."""
+        return to_datetime(self._field("scheduled_enqueue_time"))
+
+    @property
+    def enqueued_sequence_number(self) -> int:
+        """The sequence number the message had when first enqueued."""
+        return int(self._record.get("enqueued_sequence_number") or self.sequence_number)
+
+    @property
+    def enqueued_time_utc(self) -> datetime | None:
+        """When the broker accepted the message."""
+        return to_datetime(self._record.get("enqueued_time"))
+
+    @property
+    def expires_at_utc(self) -> datetime | None:
+        """When the message expires (its time to live, or the entity's default, from enqueuing)."""
+        return to_datetime(self._record.get("expires_at"))
+
+    @property
+    def state(self) -> MessageState:
+        """Active, deferred or scheduled."""
+        return MessageState(self._record.get("state", 0))
+
+    @property
+    def lock_token(self) -> uuid.UUID | None:
+        """The token of the lock this receiver holds (None when peeked or received and deleted)."""
+        token = self._token
+        if isinstance(token, bytes):
+            token = self._token = uuid.UUID(bytes=token)
+        return token
+
+    @property
+    def lock_token_bytes(self) -> bytes | None:
+        """The lock token as the broker takes it back."""
+        token = self._token
+        return token.bytes if isinstance(token, uuid.UUID) else token
+
+    @property
+    def locked_until_utc(self) -> datetime | None:
+        """When this receiver's lock on the message ends (renewing moves it)."""
+        if self._locked_until_utc is None and self._locked_until is not None:
+            self._locked_until_utc = to_datetime(self._locked_until)
+        return self._locked_until_utc
+
+    @locked_until_utc.setter
+    def locked_until_utc(self, value: datetime | None) -> None:
+        self._locked_until_utc = value
+        self._locked_until = None if value is None else value.timestamp()
+
+    @property
+    def locked_until(self) -> float | None:
+        """`locked_until_utc` in epoch seconds."""
+        return self._locked_until
 
     def __repr__(self) -> str:
         return (

@@ -210,12 +210,12 @@ def settlement_op(message: Any, action: str, receiver_key: str, closed: bool,
     if session_until is not None and session_until <= now:
         raise SessionLockLostError(
             f"the session lock expired before message {message.sequence_number} was settled; accept the session again")
-    if session_until is None and message.locked_until_utc is not None and message.locked_until_utc.timestamp() <= now:
+    if session_until is None and message.locked_until is not None and message.locked_until <= now:
         raise MessageLockLostError(
             f"the lock on message {message.sequence_number} expired before it was settled; receive it again "
             "(renew locks of messages that take long to process)")
-    assert message.lock_token is not None
-    return [action, message.sequence_number, message.lock_token.bytes, reason, description]
+    assert message.lock_token_bytes is not None
+    return [action, message.sequence_number, message.lock_token_bytes, reason, description]
 
 
 def apply_settlement(message: ReceivedMessage, action: str, result: Any) -> datetime | None:
