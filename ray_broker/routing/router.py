@@ -225,11 +225,12 @@ class Router:
     async def receive(self, receiver_id: str, entity: str, subq: int, mode: str, session: Session | None,
                       max_count: int, max_wait: float, prefetch: int, settlements: list[list[Any]]) -> dict[str, Any]:
         """Apply the settlements the call carries, then return up to `max_count` messages: from the
-        receiver's cache, then from partitions with messages, waiting up to `max_wait` seconds for
-        the first one to arrive. Returns `{"messages": [...], "settled": [one result per settlement]}`.
+        receiver's cache, then from every partition known to hold messages at once (the count shared
+        out among them), waiting up to `max_wait` seconds for the first one to arrive. Returns
+        `{"messages": [...], "settled": [one result per settlement]}`.
 
-        Settlements for the partition that serves the receive travel in the same partition call;
-        the others are sent in parallel with it.
+        Settlements for a partition that serves the receive travel in the same partition call; the
+        others are sent in parallel with it.
         """
         deadline = self.clock() + max_wait
         definition = await self.definition(entity)
@@ -246,14 +247,14 @@ class Router:
         while len(out) < max_count:
             now = self.clock()
             ready = [k for k in hosts if hints.get(k) and self.health.available(k, now)]
-            carried = [k for k in ready if k in pending]
-            k: int | None = None
-            if carried:
-                k = carried[0]
-            elif ready:
-                k = ready[next(self._spread) % len(ready)]
-            background.extend(self._settle_groups(definition, subq, session, settlements, pending, settled, keep=k))
-            if k is None:
+            need = max_count - len(out)
+            offset = next(self._spread) % len(ready) if ready else 0
+            chosen = sorted(ready[offset:] + ready[:offset], key=lambda k: k not in pending)[:need]
+            background.extend(self._settle_groups(definition, subq, session, settlements, pending, settled,
+                                                  keep=set(chosen)))
+            if not chosen:
+                if out:
+                    break
                 await asyncio.gather(*background)
                 background.clear()
                 remaining = deadline - self.clock()
@@ -264,42 +265,54 @@ class Router:
                     if self.clock() >= deadline:
                         break
                 continue
-            need = max_count - len(out)
+            shares = [need // len(chosen) + (1 if j < need % len(chosen) else 0) for j in range(len(chosen))]
             extra = max(0, prefetch - len(state.cache)) if mode == PEEK_LOCK else 0
-            calls: list[Call] = []
-            carried_indexes = pending.pop(k, [])
-            if carried_indexes:
-                calls.append(("settle", (entity, subq, [settlements[i] for i in carried_indexes], session_args)))
             seen = 0 if session is None else state.highest_sequence(int(session.get("seen", 0)))
-            calls.append(("receive", (entity, subq, need + extra, mode, session_args, seen)))
-            try:
-                replies = await self.call(k, calls)
-            except PartitionUnavailable:
-                hints[k] = False
-                if carried_indexes:
-                    pending[k] = carried_indexes
+            fetched = await asyncio.gather(*(
+                self._receive_from(k, entity, subq, mode, session_args, share + (extra if j == 0 else 0), seen,
+                                   settlements, pending.pop(k, []), pending, settled, hints)
+                for j, (k, share) in enumerate(zip(chosen, shares))))
+            if not any(fetched):
+                for k in chosen:
+                    hints[k] = False
                 continue
-            if carried_indexes:
-                for i, result in zip(carried_indexes, replies[0]):
-                    settled[i] = result
-            reply = replies[-1]
-            if any(settlements[i][0] in _RELEASING for i in carried_indexes):
-                reply["more"] = True
-            hints[k] = reply["more"]
-            records = [(k, r) for r in reply["messages"]]
-            out.extend(records[:need])
-            state.cache.extend(records[need:])
-            if out:
-                break
+            for records in fetched:
+                take = max_count - len(out)
+                out.extend(records[:take])
+                state.cache.extend(records[take:])
         background.extend(self._settle_groups(definition, subq, session, settlements, pending, settled, keep=None))
         await asyncio.gather(*background)
         state.last_used = self.clock()
         return {"messages": [dict(r, partition=k) for k, r in out], "settled": settled}
 
+    async def _receive_from(self, k: int, entity: str, subq: int, mode: str, session_args: tuple[str, bytes] | None,
+                            count: int, seen: int, settlements: list[list[Any]], carried: list[int],
+                            pending: dict[int, list[int]], settled: list[Any],
+                            hints: dict[int, bool]) -> list[tuple[int, dict[str, Any]]]:
+        """Receive up to `count` messages from partition `k`, carrying the settlements at `carried`;
+        a partition that does not answer gives nothing (its settlements go back to `pending`)."""
+        calls: list[Call] = []
+        if carried:
+            calls.append(("settle", (entity, subq, [settlements[i] for i in carried], session_args)))
+        calls.append(("receive", (entity, subq, count, mode, session_args, seen)))
+        try:
+            replies = await self.call(k, calls)
+        except PartitionUnavailable:
+            hints[k] = False
+            if carried:
+                pending[k] = carried
+            return []
+        if carried:
+            for i, result in zip(carried, replies[0]):
+                settled[i] = result
+        reply = replies[-1]
+        hints[k] = bool(reply["more"]) or any(settlements[i][0] in _RELEASING for i in carried)
+        return [(k, r) for r in reply["messages"]]
+
     def _settle_groups(self, definition: dict[str, Any], subq: int, session: Session | None,
                        ops: list[list[Any]], pending: dict[int, list[int]], results: list[Any],
-                       keep: int | None) -> list[asyncio.Future[None]]:
-        """Start settling every pending group except `keep`'s; each op's result lands in `results`."""
+                       keep: set[int] | None) -> list[asyncio.Future[None]]:
+        """Start settling every pending group except those of `keep`; each op's result lands in `results`."""
         deadline = self.clock() + SETTLE_TIMEOUT_S
 
         async def apply(k: int, indexes: list[int]) -> None:
@@ -310,7 +323,7 @@ class Router:
             for i, reply in zip(indexes, replies):
                 results[i] = reply
 
-        return [asyncio.ensure_future(apply(k, pending.pop(k))) for k in [k for k in pending if k != keep]]
+        return [asyncio.ensure_future(apply(k, pending.pop(k))) for k in [k for k in pending if not keep or k not in keep]]
 
     async def _settle_on(self, k: int, definition: dict[str, Any], subq: int, session: Session | None,
                          ops: list[list[Any]], deadline: float) -> list[Any]:
