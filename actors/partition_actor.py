@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import Any
+from typing import Any, Callable
 
 import ray
 
@@ -62,6 +62,8 @@ class PartitionActor:
                       takeover_wait_s=STORE_TAKEOVER_WAIT_S, partition=index)
         self.engine = PartitionEngine(index, namespace.partition_count, store)
         self._wake: asyncio.Event | None = None
+        self._waiting: dict[str, asyncio.Event] = {}
+        """Receivers with a `receive_waiting` under way here, each with the event that ends it."""
         self._housekeeper: asyncio.Task[None] | None = None
 
     def _event(self) -> asyncio.Event:
@@ -105,19 +107,56 @@ class PartitionActor:
     async def wait_available(self, entity: str, subq: int, session_id: str | None = None,
                              free_session: bool = False, timeout: float = 5.0) -> bool:
         """Return True as soon as a receive could get a message, or False after `timeout` seconds."""
+        return await self._wait(lambda: self.engine.has_available(entity, subq, session_id, free_session) or None,
+                                timeout) is not None
+
+    async def receive_waiting(self, receiver_id: str, entity: str, subq: int, max_count: int, mode: str,
+                              session: tuple[str, bytes] | None, seen: int | None, timeout: float) -> dict[str, Any]:
+        """A receive that waits: as soon as messages are available, lock up to `max_count` of them
+        for the caller and return them (the wake-up carries the messages). Returns an empty reply
+        after `timeout`, or at once when `end_waits(receiver_id)` is called."""
+        session_id = None if session is None else session[0]
+        ended = self._waiting[receiver_id] = asyncio.Event()
+
+        def ready() -> dict[str, Any] | None:
+            if ended.is_set():
+                return {"messages": [], "more": False}
+            if not self.engine.has_available(entity, subq, session_id):
+                return None
+            reply: dict[str, Any] = self.engine.receive(entity, subq, max_count, mode, session, seen)
+            return reply if reply["messages"] else None
+
+        try:
+            reply = await self._wait(ready, timeout)
+        finally:
+            if self._waiting.get(receiver_id) is ended:
+                del self._waiting[receiver_id]
+        return reply if reply is not None else {"messages": [], "more": False}
+
+    async def end_waits(self, receiver_id: str) -> None:
+        """End the `receive_waiting` of `receiver_id` now, if one is under way (its receiver is closing)."""
+        waiting = self._waiting.get(receiver_id)
+        if waiting is not None:
+            waiting.set()
+            self._notify()
+
+    async def _wait(self, check: Callable[[], Any], timeout: float) -> Any:
+        """Run `check` now and after every wake-up until it returns something other than None, or
+        `timeout` seconds pass (then one last check)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while True:
             event = self._event()
-            if self.engine.has_available(entity, subq, session_id, free_session):
-                return True
+            result = check()
+            if result is not None:
+                return result
             remaining = deadline - loop.time()
             if remaining <= 0:
-                return False
+                return None
             try:
                 await asyncio.wait_for(event.wait(), remaining)
             except asyncio.TimeoutError:
-                return bool(self.engine.has_available(entity, subq, session_id, free_session))
+                return check()
 
     async def pid(self) -> int:
         """The process id (for operators and failure tests)."""

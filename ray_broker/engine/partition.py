@@ -359,7 +359,7 @@ class PartitionEngine:
                 db.executemany(
                     "UPDATE messages SET lock_token = ?, locked_until = ?, delivery_count = ? WHERE entity = ? AND seq = ?",
                     [(r.lock_token, r.locked_until, r.delivery_count, frag.key, r.seq) for r in fresh])
-        if mode == RECEIVE_AND_DELETE:
+        if mode == RECEIVE_AND_DELETE and taken:
             self._sizes[frag.key] -= sum(r.size for r in taken)
         more = len(taken) >= max_count and self._exists_available(frag.key, subq, now, session_id)
         return {"messages": [r.record() for r in taken], "more": more}

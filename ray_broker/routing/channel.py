@@ -44,3 +44,14 @@ class PartitionChannel(Protocol):
                              timeout: float) -> bool:
         """Wait until a receive on partition `index` could get a message (True), or `timeout` passes (False)."""
         ...
+
+    async def receive_waiting(self, index: int, receiver_id: str, entity: str, subq: int, max_count: int, mode: str,
+                              session: tuple[str, bytes] | None, seen: int | None,
+                              timeout: float) -> dict[str, Any]:
+        """A receive on partition `index` that waits up to `timeout` for messages and returns them
+        locked for `receiver_id` (`{"messages": [...], "more": bool}`; empty after the timeout)."""
+        ...
+
+    async def end_waits(self, index: int, receiver_id: str) -> None:
+        """End `receiver_id`'s `receive_waiting` on partition `index` now."""
+        ...

@@ -54,6 +54,18 @@ class RayChannel:
         ref = self.source.handle(index).wait_available.remote(entity, subq, session_id, free_session, timeout)
         return bool(await self._await(index, ref, timeout + 5.0))
 
+    async def receive_waiting(self, index: int, receiver_id: str, entity: str, subq: int, max_count: int, mode: str,
+                              session: tuple[str, bytes] | None, seen: int | None,
+                              timeout: float) -> dict[str, Any]:
+        """A waiting receive on partition `index`: its reply carries the messages that woke it."""
+        ref = self.source.handle(index).receive_waiting.remote(receiver_id, entity, subq, max_count, mode, session,
+                                                               seen, timeout)
+        return dict(await self._await(index, ref, timeout + 5.0))
+
+    async def end_waits(self, index: int, receiver_id: str) -> None:
+        """End `receiver_id`'s waiting receive on partition `index`."""
+        await self._await(index, self.source.handle(index).end_waits.remote(receiver_id), 5.0)
+
     async def _await(self, index: int, ref: Any, timeout: float) -> Any:
         try:
             return await asyncio.wait_for(asyncio.wrap_future(ref.future()), timeout=max(timeout, 0.001))

@@ -1,6 +1,7 @@
 """Per-receiver state a router keeps: messages fetched beyond a request, waiting to be handed out."""
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -16,12 +17,23 @@ RECEIVER_IDLE_S = 300.0
 
 @dataclass
 class ReceiverState:
-    """A receiver's cache of `(partition, record)` pairs, locked for it, in arrival order."""
+    """A receiver's cache of `(partition, record)` pairs, locked for it, in arrival order, and the
+    waiting receives it has under way."""
 
     entity: str
     subq: int = MAIN
     cache: deque[tuple[int, dict[str, Any]]] = field(default_factory=deque)
     last_used: float = field(default_factory=time.monotonic)
+    watches: dict[int, asyncio.Task[list[tuple[int, dict[str, Any]]]]] = field(default_factory=dict)
+    """Waiting receives under way, by partition; what they bring goes to the cache."""
+
+    def harvest(self) -> None:
+        """Move what finished waiting receives brought into the cache (failed ones bring nothing)."""
+        for k, task in list(self.watches.items()):
+            if task.done():
+                del self.watches[k]
+                if not task.cancelled() and task.exception() is None:
+                    self.cache.extend(task.result())
 
     def take(self, max_count: int, wall_now: float) -> list[tuple[int, dict[str, Any]]]:
         """Up to `max_count` cached messages whose locks still hold; expired ones are dropped."""

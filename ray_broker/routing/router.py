@@ -36,6 +36,11 @@ ATTEMPT_TIMEOUT_S = 5.0
 """How long one call may take before its partition counts as unavailable."""
 WATCH_TIMEOUT_S = 10.0
 """The longest one wait on a partition lasts before it is renewed."""
+GATHER_WINDOW_S = 0.003
+"""After the first waiting receive brings messages, how long the others get to bring theirs."""
+FETCH_SINGLE_HOST = 100
+"""How many messages a waiting receive on an entity's only partition may bring back at once
+(with several partitions each brings one; the receive then gathers the rest)."""
 DATA_OPERATIONS = frozenset({"send", "cancel_scheduled", "receive", "settle", "close_receiver", "receive_deferred",
                              "peek", "accept_session", "session_call"})
 """The router methods that clients call; everything else a gateway serves is management."""
@@ -225,8 +230,8 @@ class Router:
     async def receive(self, receiver_id: str, entity: str, subq: int, mode: str, session: Session | None,
                       max_count: int, max_wait: float, prefetch: int, settlements: list[list[Any]]) -> dict[str, Any]:
         """Apply the settlements the call carries, then return up to `max_count` messages: from the
-        receiver's cache, then from every partition known to hold messages at once (the count shared
-        out among them), waiting up to `max_wait` seconds for the first one to arrive. Returns
+        receiver's cache, then from every partition known (or not yet known not) to hold messages at
+        once (the count shared out among them), waiting up to `max_wait` seconds for the first one to arrive. Returns
         `{"messages": [...], "settled": [one result per settlement]}`.
 
         Settlements for a partition that serves the receive travel in the same partition call; the
@@ -235,6 +240,7 @@ class Router:
         deadline = self.clock() + max_wait
         definition = await self.definition(entity)
         state = self._receiver(receiver_id, entity, subq)
+        state.harvest()
         out = state.take(max_count, time.time())
         session_args = _session_args(session)
         session_id = None if session is None else session["session_id"]
@@ -246,7 +252,7 @@ class Router:
         probed = False
         while len(out) < max_count:
             now = self.clock()
-            ready = [k for k in hosts if hints.get(k) and self.health.available(k, now)]
+            ready = [k for k in hosts if hints.get(k, True) and self.health.available(k, now)]
             need = max_count - len(out)
             offset = next(self._spread) % len(ready) if ready else 0
             chosen = sorted(ready[offset:] + ready[:offset], key=lambda k: k not in pending)[:need]
@@ -261,7 +267,11 @@ class Router:
                 if remaining <= 0 and probed:
                     break
                 probed = True
-                if not await self._wait_any(definition, subq, session_id, False, hosts, max(remaining, 0.0)):
+                if mode == PEEK_LOCK and session is None:
+                    await self._fetch_any(state, receiver_id, definition, subq, hosts, max(remaining, 0.0), hints,
+                                          max_count - len(out))
+                    out.extend(state.take(max_count - len(out), time.time()))
+                elif not await self._wait_any(definition, subq, session_id, False, hosts, max(remaining, 0.0)):
                     if self.clock() >= deadline:
                         break
                 continue
@@ -340,6 +350,43 @@ class Router:
             state = self._receivers[receiver_id] = ReceiverState(entity=entity, subq=subq)
         return state
 
+    async def _fetch_any(self, state: ReceiverState, receiver_id: str, definition: dict[str, Any], subq: int,
+                         hosts: list[int], timeout: float, hints: dict[int, bool], wanted: int) -> None:
+        """Wait on every host partition at once with receives that carry the messages that wake
+        them, until one brings some or `timeout` passes (then, when more than one message is
+        `wanted`, `GATHER_WINDOW_S` more for the others); what they bring lands in the receiver's
+        cache. Waits still under way stay with the receiver (the next receive, or its close,
+        collects them), so nothing they lock is lost."""
+        name = definition["name"]
+        watch_for = min(timeout, WATCH_TIMEOUT_S)
+        count = 1 if len(hosts) > 1 else FETCH_SINGLE_HOST
+        now = self.clock()
+        for k in hosts:
+            if k not in state.watches and self.health.available(k, now):
+                state.watches[k] = asyncio.ensure_future(
+                    self._fetch(k, receiver_id, name, subq, count, watch_for, hints))
+        if state.watches:
+            done, pending = await asyncio.wait(list(state.watches.values()), timeout=watch_for + 1.0,
+                                               return_when=asyncio.FIRST_COMPLETED)
+            if done and pending and wanted > 1:
+                await asyncio.wait(pending, timeout=GATHER_WINDOW_S)
+        before = len(state.cache)
+        state.harvest()
+        if len(state.cache) == before and not state.watches:
+            await asyncio.sleep(0.05)
+
+    async def _fetch(self, k: int, receiver_id: str, entity: str, subq: int, count: int, timeout: float,
+                     hints: dict[int, bool]) -> list[tuple[int, dict[str, Any]]]:
+        try:
+            reply = await self.channel.receive_waiting(k, receiver_id, entity, subq, count, PEEK_LOCK, None, None,
+                                                       timeout)
+        except PartitionUnavailable:
+            self.health.failed(k, self.clock())
+            return []
+        self.health.succeeded(k)
+        hints[k] = bool(reply["more"])
+        return [(k, r) for r in reply["messages"]]
+
     async def _wait_any(self, definition: dict[str, Any], subq: int, session_id: str | None, free_session: bool,
                         hosts: list[int], timeout: float) -> bool:
         """Wait until some host partition has messages (shared watches, no polling); set hints.
@@ -404,7 +451,14 @@ class Router:
     async def close_receiver(self, receiver_id: str) -> int:
         """Release the messages a receiver holds but never handed out (no delivery counted)."""
         state = self._receivers.pop(receiver_id, None)
-        if state is None or not state.cache:
+        if state is None:
+            return 0
+        if state.watches:
+            await asyncio.gather(*(self.channel.end_waits(k, receiver_id) for k in state.watches),
+                                 return_exceptions=True)
+            await asyncio.wait(list(state.watches.values()), timeout=ATTEMPT_TIMEOUT_S)
+            state.harvest()
+        if not state.cache:
             return 0
         released = len(state.cache)
         deadline = self.clock() + 30.0

@@ -96,3 +96,11 @@ def test_receive_reports_whether_more_messages_wait(broker: Broker) -> None:
     assert len(first["messages"]) == 2 and first["more"] is True
     rest = broker.engine.receive("q", 0, 2)
     assert len(rest["messages"]) == 1 and rest["more"] is False
+
+
+def test_receive_and_delete_on_an_empty_partition_returns_nothing(make_broker) -> None:  # type: ignore[no-untyped-def]
+    """A router probes partitions it knows nothing of: an empty fragment answers with no messages."""
+    broker = make_broker(index=3, partition_count=16)
+    broker.create_queue("q", enable_partitioning=True)
+    assert broker.receive("q", 1, mode="receive_and_delete") == []
+    assert broker.engine.runtime("q")["size"] == 0
