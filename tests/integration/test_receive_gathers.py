@@ -23,3 +23,61 @@ def test_a_receive_of_n_gathers_from_every_partition(namespace: rb.Namespace, qu
             receiver.complete_message(message)
     assert sorted(m.body for m in first + second) == sorted(f"m{i}".encode() for i in range(24))
     assert namespace.get_queue_runtime_properties(queue_name).active_message_count == 0
+
+
+def test_waits_under_way_end_when_the_receiver_closes(namespace: rb.Namespace, queue_name: str) -> None:
+    """A receiver woken by one partition still waits on the others; closing it ends those waits at
+    once and releases whatever they locked, so nothing is held and no delivery is counted."""
+    import threading
+    import time
+
+    namespace.create_queue(queue_name, enable_partitioning=True)
+    waiting = namespace.get_queue_receiver(queue_name, max_wait_time=20)
+    got: list[rb.ReceivedMessage] = []
+    thread = threading.Thread(target=lambda: got.extend(waiting.receive_messages(1, max_wait_time=20)))
+    thread.start()
+    time.sleep(1.0)
+    with namespace.get_queue_sender(queue_name) as sender:
+        sender.send_messages(rb.Message("first", partition_key="a"))
+    thread.join(timeout=20)
+    assert [m.body for m in got] == [b"first"]
+    began = time.monotonic()
+    waiting.complete_message(got[0])
+    waiting.close()
+    assert time.monotonic() - began < 3.0, "closing ended the waits still under way"
+    with namespace.get_queue_sender(queue_name) as sender:
+        sender.send_messages([rb.Message(f"later-{i}", partition_key=f"k{i}") for i in range(20)])
+    with namespace.get_queue_receiver(queue_name, max_wait_time=5) as receiver:
+        later = receiver.receive_messages(20, max_wait_time=5)
+        while len(later) < 20:
+            more = receiver.receive_messages(20 - len(later), max_wait_time=5)
+            assert more, f"only {len(later)} of 20 came back"
+            later.extend(more)
+        assert all(m.delivery_count == 1 for m in later), "no delivery was counted by the closed receiver"
+        for message in later:
+            receiver.complete_message(message)
+
+
+def test_a_single_host_wait_brings_a_batch_and_close_releases_the_rest(namespace: rb.Namespace,
+                                                                        queue_name: str) -> None:
+    import threading
+    import time
+
+    namespace.create_queue(queue_name)
+    waiting = namespace.get_queue_receiver(queue_name, max_wait_time=20)
+    got: list[rb.ReceivedMessage] = []
+    thread = threading.Thread(target=lambda: got.extend(waiting.receive_messages(1, max_wait_time=20)))
+    thread.start()
+    time.sleep(1.0)
+    with namespace.get_queue_sender(queue_name) as sender:
+        sender.send_messages([rb.Message(f"m{i}") for i in range(3)])
+    thread.join(timeout=20)
+    assert len(got) == 1
+    waiting.complete_message(got[0])
+    waiting.close()
+    with namespace.get_queue_receiver(queue_name, max_wait_time=5) as receiver:
+        rest = receiver.receive_messages(5, max_wait_time=5)
+        assert sorted(m.body for m in rest) == sorted({b"m0", b"m1", b"m2"} - {got[0].body})
+        assert all(m.delivery_count == 1 for m in rest)
+        for message in rest:
+            receiver.complete_message(message)
