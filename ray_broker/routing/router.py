@@ -66,11 +66,14 @@ class Router:
         channel: how partitions are reached.
         sku: the namespace's tier (size limits).
         clock: monotonic seconds (injectable for tests).
+        sleep: how the router waits out a back-off (injectable with `clock`).
     """
 
     def __init__(self, name: str, channel: PartitionChannel, sku: Sku,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
         self.name = name
+        self.sleep = sleep
         self.channel = channel
         self.sku = sku
         self.count = channel.partition_count
@@ -114,7 +117,7 @@ class Router:
                         f"partition {index} of namespace {self.name!r} did not answer in time ({exc.reason}); "
                         "the operation needs that partition: retry later or with a longer timeout",
                         entity=entity, partition=index) from None
-                await asyncio.sleep(delay)
+                await self.sleep(delay)
 
     async def everywhere(self, operation: str, *args: Any, deadline: float, entity: str | None = None) -> list[Any]:
         """Run an operation on every partition (management), each retried until `deadline`."""
@@ -134,7 +137,7 @@ class Router:
             if self.clock() >= deadline:
                 raise PartitionUnavailableError(
                     f"no partition of namespace {self.name!r} answered; retry when the namespace is back")
-            await asyncio.sleep(0.1)
+            await self.sleep(0.1)
 
     # ------------------------------------------------------------------ definitions
 
@@ -207,7 +210,7 @@ class Router:
             if self.clock() >= deadline:
                 raise PartitionUnavailableError(
                     f"no partition of {name!r} accepted the messages before the timeout; retry later", entity=name)
-            await asyncio.sleep(0.05)
+            await self.sleep(0.05)
 
     async def cancel_scheduled(self, entity: str, sequence_numbers: list[int], timeout: float) -> None:
         """Cancel scheduled messages on the partitions that hold them."""
@@ -373,7 +376,7 @@ class Router:
         before = len(state.cache)
         state.harvest()
         if len(state.cache) == before and not state.watches:
-            await asyncio.sleep(0.05)
+            await self.sleep(0.05)
 
     async def _fetch(self, k: int, receiver_id: str, entity: str, subq: int, count: int, timeout: float,
                      hints: dict[int, bool]) -> list[tuple[int, dict[str, Any]]]:
@@ -417,7 +420,7 @@ class Router:
             done, waiting = await asyncio.wait(waiting, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
             if any(not t.cancelled() and t.exception() is None and t.result() for t in done):
                 return True
-        await asyncio.sleep(0.05)
+        await self.sleep(0.05)
         return False
 
     async def _watch(self, entity: str, subq: int, session_id: str | None, free_session: bool, k: int,
@@ -462,8 +465,11 @@ class Router:
             return 0
         released = len(state.cache)
         deadline = self.clock() + 30.0
+        groups = state.releases()
         await asyncio.gather(*(self.keyed(k, "settle", state.entity, state.subq, ops, None, deadline=deadline)
-                               for k, ops in state.releases().items()), return_exceptions=True)
+                               for k, ops in groups.items()), return_exceptions=True)
+        hints = self._hints.setdefault((state.entity.lower(), state.subq, None), {})
+        hints.update(dict.fromkeys(groups, True))
         return released
 
     async def sweep_idle_receivers(self) -> None:

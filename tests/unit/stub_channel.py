@@ -1,0 +1,89 @@
+"""A `PartitionChannel` over real engines in this process: routing policy tested without Ray.
+
+Partitions can be taken down (they then raise `PartitionUnavailable`, as a dead or restarting
+actor does) and brought back; every call is counted; waits wake when an operation may have made
+messages available, as the partition actor's do.
+"""
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from typing import Any, Sequence
+
+from ray_broker.clock import ManualClock
+from ray_broker.engine.partition import PartitionEngine
+from ray_broker.engine.store import Store
+from ray_broker.routing.channel import Call, PartitionUnavailable
+
+WAKING = {"send", "settle", "update_entity", "release_session"}
+
+
+class StubChannel:
+    """Engines 0..N-1 on a shared manual clock, reached as a router reaches partitions."""
+
+    def __init__(self, partition_count: int, clock: ManualClock) -> None:
+        self.partition_count = partition_count
+        self.engines = [PartitionEngine(k, partition_count, Store(None, "memory"), clock)
+                        for k in range(partition_count)]
+        self.down: set[int] = set()
+        self.calls: Counter[tuple[int, str]] = Counter()
+        self._events = [asyncio.Event() for _ in range(partition_count)]
+        self._ended: set[tuple[int, str]] = set()
+
+    def _check(self, index: int) -> None:
+        if index in self.down:
+            raise PartitionUnavailable(index, "down (stub)")
+
+    def _notify(self, index: int) -> None:
+        event, self._events[index] = self._events[index], asyncio.Event()
+        event.set()
+
+    async def call(self, index: int, calls: Sequence[Call], timeout: float) -> list[Any]:
+        await asyncio.sleep(0)
+        self._check(index)
+        results = []
+        for operation, args in calls:
+            self.calls[(index, operation)] += 1
+            results.append(getattr(self.engines[index], operation)(*args))
+            if operation in WAKING:
+                self._notify(index)
+        return results
+
+    async def _wait(self, index: int, check: Any, timeout: float) -> Any:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            self._check(index)
+            event = self._events[index]
+            result = check()
+            if result is not None or loop.time() >= deadline:
+                return result
+            try:
+                await asyncio.wait_for(event.wait(), deadline - loop.time())
+            except asyncio.TimeoutError:
+                pass
+
+    async def wait_available(self, index: int, entity: str, subq: int, session_id: str | None, free_session: bool,
+                             timeout: float) -> bool:
+        engine = self.engines[index]
+        return await self._wait(index, lambda: engine.has_available(entity, subq, session_id, free_session) or None,
+                                timeout) is not None
+
+    async def receive_waiting(self, index: int, receiver_id: str, entity: str, subq: int, max_count: int, mode: str,
+                              session: tuple[str, bytes] | None, seen: int | None, timeout: float) -> dict[str, Any]:
+        engine = self.engines[index]
+
+        def ready() -> dict[str, Any] | None:
+            if (index, receiver_id) in self._ended:
+                return {"messages": [], "more": False}
+            if not engine.has_available(entity, subq, None):
+                return None
+            reply: dict[str, Any] = engine.receive(entity, subq, max_count, mode, session, seen)
+            return reply if reply["messages"] else None
+
+        self.calls[(index, "receive_waiting")] += 1
+        return await self._wait(index, ready, timeout) or {"messages": [], "more": False}
+
+    async def end_waits(self, index: int, receiver_id: str) -> None:
+        self._ended.add((index, receiver_id))
+        self._notify(index)

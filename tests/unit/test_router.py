@@ -1,0 +1,140 @@
+"""The routing policy over real engines and a stub channel, with no Ray: keyed retry until the
+deadline, unkeyed failover, waits that wake, carried settlements, gathering, release on close."""
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+
+from ray_broker import Message
+from ray_broker.clock import ManualClock
+from ray_broker.errors import PartitionUnavailableError
+from ray_broker.protocol import MAIN, PEEK_LOCK
+from ray_broker.routing import partition_for_key, partition_of
+from ray_broker.routing.router import Router
+from ray_broker.sku import get_sku
+
+from .conftest import queue_definition
+from .stub_channel import StubChannel
+
+PARTITIONS = 4
+
+
+class Setup:
+    """A router over a stub channel whose back-off sleeps move the manual clock (which starts at
+    the wall-clock time, since receivers compare lock expiries with it)."""
+
+    def __init__(self, partitions: int = PARTITIONS) -> None:
+        self.clock = ManualClock(time.time())
+        self.channel = StubChannel(partitions, self.clock)
+        self.slept: list[float] = []
+
+        async def sleep(seconds: float) -> None:
+            self.slept.append(seconds)
+            self.clock.advance(seconds)
+            await asyncio.sleep(0)
+
+        self.router = Router("stub", self.channel, get_sku("standard"), clock=self.clock.now, sleep=sleep)
+
+    def create(self, name: str = "q", **options: Any) -> str:
+        definition = queue_definition(name, enable_partitioning=True, **options)
+        for engine in self.channel.engines:
+            engine.create_entity(definition)
+        return name
+
+    def counts(self, name: str = "q") -> list[int]:
+        return [engine.runtime(name)["active"] for engine in self.channel.engines]
+
+
+def envelopes(*messages: Message) -> list[dict[str, Any]]:
+    return [m.to_envelope() for m in messages]
+
+
+def key_for(partition: int) -> str:
+    return next(f"key-{i}" for i in range(10_000) if partition_for_key(f"key-{i}", PARTITIONS) == partition)
+
+
+async def test_keyed_sends_wait_for_their_partition_until_the_deadline() -> None:
+    setup = Setup()
+    setup.create()
+    setup.channel.down.add(2)
+    with pytest.raises(PartitionUnavailableError) as failed:
+        await setup.router.send("q", envelopes(Message("a", partition_key=key_for(2))), timeout=3.0)
+    assert failed.value.partition == 2
+    assert sum(setup.slept) <= 3.0 and len(setup.slept) >= 4, "retried with back-off until the deadline"
+    assert setup.counts() == [0, 0, 0, 0], "never placed on another partition"
+
+
+async def test_a_keyed_send_succeeds_when_its_partition_comes_back_in_time() -> None:
+    setup = Setup()
+    setup.create()
+    setup.channel.down.add(1)
+
+    async def back_later() -> None:
+        while len(setup.slept) < 3:
+            await asyncio.sleep(0)
+        setup.channel.down.discard(1)
+
+    _, seqs = await asyncio.gather(back_later(),
+                                   setup.router.send("q", envelopes(Message("a", partition_key=key_for(1))), 60.0))
+    assert partition_of(seqs[0]) == 1 and setup.counts() == [0, 1, 0, 0]
+
+
+async def test_an_unkeyed_batch_moves_to_another_partition_as_one_batch() -> None:
+    setup = Setup()
+    setup.create()
+    setup.channel.down.update({0, 1, 2})
+    seqs = await setup.router.send("q", envelopes(*(Message(f"m{i}") for i in range(10))), timeout=5.0)
+    assert {partition_of(s) for s in seqs} == {3}
+    assert setup.counts() == [0, 0, 0, 10]
+    assert setup.channel.calls[(3, "send")] == 1
+
+
+async def test_a_waiting_receive_wakes_with_the_message() -> None:
+    setup = Setup()
+    setup.create()
+    receiving = asyncio.ensure_future(
+        setup.router.receive("r1", "q", MAIN, PEEK_LOCK, None, 1, 5.0, 0, []))
+    await asyncio.sleep(0.05)
+    assert not receiving.done()
+    await setup.router.send("q", envelopes(Message("hello", partition_key=key_for(3))), timeout=5.0)
+    reply = await asyncio.wait_for(receiving, 2.0)
+    assert [r["partition"] for r in reply["messages"]] == [3]
+    assert setup.channel.calls[(3, "receive_waiting")] >= 1, "the wake-up carried the message"
+
+
+async def test_settlements_ride_on_the_next_receive() -> None:
+    setup = Setup()
+    setup.create()
+    await setup.router.send("q", envelopes(*(Message(f"m{i}", partition_key=key_for(0)) for i in range(4))), 5.0)
+    first = await setup.router.receive("r1", "q", MAIN, PEEK_LOCK, None, 2, 1.0, 0, [])
+    ops = [["complete", r["sequence_number"], r["lock_token"], None, None] for r in first["messages"]]
+    calls_before = setup.channel.calls[(0, "settle")]
+    second = await setup.router.receive("r1", "q", MAIN, PEEK_LOCK, None, 2, 1.0, 0, ops)
+    assert second["settled"] == [None, None] and len(second["messages"]) == 2
+    assert setup.channel.calls[(0, "settle")] == calls_before + 1
+    assert setup.counts()[0] == 2
+
+
+async def test_a_receive_gathers_from_every_partition_in_one_call() -> None:
+    setup = Setup()
+    setup.create()
+    for i in range(12):
+        await setup.router.send("q", envelopes(Message(f"m{i}", partition_key=key_for(i % PARTITIONS))), 5.0)
+    reply = await setup.router.receive("fresh", "q", MAIN, PEEK_LOCK, None, 10, 1.0, 0, [])
+    assert len(reply["messages"]) == 10
+    assert {r["partition"] for r in reply["messages"]} == set(range(PARTITIONS))
+
+
+async def test_closing_releases_prefetched_messages_without_counting_a_delivery() -> None:
+    setup = Setup()
+    setup.create()
+    await setup.router.send("q", envelopes(*(Message(f"m{i}", partition_key=key_for(2)) for i in range(5))), 5.0)
+    reply = await setup.router.receive("r1", "q", MAIN, PEEK_LOCK, None, 1, 1.0, 4, [])
+    assert len(reply["messages"]) == 1
+    assert await setup.router.close_receiver("r1") == 4
+    assert setup.router._hints[("q", MAIN, None)][2] is True, "released messages make their partition ready"
+    again = await setup.router.receive("r2", "q", MAIN, PEEK_LOCK, None, 10, 1.0, 0, [])
+    assert sorted(r["delivery_count"] for r in again["messages"]) == [1, 1, 1, 1]
