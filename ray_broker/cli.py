@@ -30,12 +30,13 @@ class CliError(Exception):
 
 def _attach(args: argparse.Namespace) -> Any:
     """Connect to the running namespace `args.namespace` on the cluster `--address` (or RAY_ADDRESS, or
-    this machine's `ray start` head) names."""
+    this machine's `ray start` head) names. A command runs a few calls and exits, so it relays them
+    through the gateway rather than fetching the routing table first."""
     import ray_broker as rb
     from .client.lifecycle import connect_namespace
 
     return rb.Namespace(connect_namespace(args.namespace, args.address,
-                                          how_to_start=f"`ray-broker start -n {args.namespace}`"))
+                                          how_to_start=f"`ray-broker start -n {args.namespace}`"), relay=True)
 
 
 # ---------------------------------------------------------------------------------------------- commands

@@ -8,6 +8,7 @@ import pytest
 
 import ray_broker as rb
 from ray_broker import errors
+from .paths import namespace  # noqa: F401 - every test here runs on both client paths
 
 
 @pytest.fixture(scope="module")

@@ -18,6 +18,7 @@ import ray_broker as rb
 from ray_broker.routing import partition_for_key
 
 from .helpers import drain, kill_partition, partition_handle, partition_pid, wait_partition_back
+from .paths import namespace  # noqa: F401 - every test here runs on both client paths
 
 
 @contextmanager

@@ -10,6 +10,7 @@ import pytest
 import ray_broker as rb
 
 from .helpers import drain
+from .paths import namespace  # noqa: F401 - every test here runs on both client paths
 
 
 def test_closing_a_receiver_releases_cached_messages_without_counting_a_delivery(
