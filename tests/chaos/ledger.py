@@ -61,12 +61,16 @@ class Ledger:
         self._confirmed_ids: set[str] = set()
         self._unconfirmed_ids: set[str] = set()
         self._outstanding: set[str] = set()
+        self._clean: set[str] = set()
 
     # ------------------------------------------------------------------ recording
 
-    def record_sent(self, message_ids: Sequence[str], session_id: str | None = None) -> None:
-        """A send of these messages (in this order, in `session_id` if given) was acknowledged."""
+    def record_sent(self, message_ids: Sequence[str], session_id: str | None = None, *, first_try: bool = False) -> None:
+        """A send of these messages (in this order, in `session_id` if given) was acknowledged;
+        `first_try` when no earlier send of them raised (then each must be stored exactly once)."""
         with self._lock:
+            if first_try:
+                self._clean.update(message_ids)
             for message_id in message_ids:
                 if message_id in self._sent:
                     continue
@@ -145,12 +149,13 @@ class Ledger:
           entities ended empty;
         - a delivered message that no acknowledged send carried, or that came back in another
           session or under a sequence number of another message, is wrong;
+        - a message whose send was acknowledged at the first try, stored more than once;
         - a copy delivered by a receive call that began after its completion was confirmed;
         - a redelivery of a copy whose delivery count is not higher than the one before;
         - a session whose first deliveries (one per message id) are not in its send order.
         """
         with self._lock:
-            return (self._missing() + self._misdelivered() + self._after_completion()
+            return (self._missing() + self._misdelivered() + self._stored_twice() + self._after_completion()
                     + self._delivery_counts() + self._sessions_out_of_order())
 
     @staticmethod
@@ -191,6 +196,15 @@ class Ledger:
                 problems.append(f"sequence number reused: {delivery.describe()} has the sequence number "
                                 f"of {first!r}")
         return self._capped("misdeliveries", problems)
+
+    def _stored_twice(self) -> list[str]:
+        problems = []
+        for message_id, deliveries in sorted(self._deliveries_of().items()):
+            copies = sorted({d.sequence_number for d in deliveries})
+            if message_id in self._clean and len(copies) > 1:
+                problems.append(f"stored twice: {message_id!r} was acknowledged by its first send, yet is stored "
+                                f"as sequence numbers {copies}")
+        return self._capped("messages stored twice", problems)
 
     def _after_completion(self) -> list[str]:
         problems = []

@@ -4,8 +4,11 @@ Four senders push the messages in batches into two partitioned queues of one 16-
 namespace: keyed and unkeyed messages into one, session messages into a session queue. Two
 receivers drain the first queue and two session receivers take the sessions of the second one by
 one (`NEXT_AVAILABLE_SESSION`: each drains its session, closes and takes the next). Meanwhile a
-killer thread SIGKILLs a random partition actor every 5 s and the gateway once, when half of the
-messages have been acknowledged. Consumers crash too: now and then one drops a batch unsettled
+killer thread SIGKILLs a random partition actor every 5 s, kills one partition for good (Ray will
+not restart it: clients holding its handle report it and the gateway recreates it under a new
+epoch) when a quarter of the messages are in, and SIGKILLs the gateway once, when half of the
+messages have been acknowledged. Senders and receivers reach partitions directly, with cached
+routing tables, while all this happens. Consumers crash too: now and then one drops a batch unsettled
 (and a session consumer then either vanishes or closes its receiver), so lock expiry, session
 release and redelivery happen during the run. Every send, delivery and confirmed completion goes
 into a `Ledger`; the run ends when every acknowledged message is completed and both queues are
@@ -167,6 +170,7 @@ class ChaosRun:
         with ns.get_queue_sender(QUEUE) as queue_sender, ns.get_queue_sender(SESSION_QUEUE) as session_sender:
             for messages, session in self.plan(sender):
                 client = queue_sender if session is None else session_sender
+                first_try = True
                 while True:
                     if self.stop.is_set():
                         return
@@ -174,9 +178,11 @@ class ChaosRun:
                         client.send_messages(messages, timeout=SEND_TIMEOUT_S)
                     except Exception as exc:  # noqa: BLE001 - at-least-once: retry the same ids
                         self.note_error("send", exc)
+                        first_try = False
                         time.sleep(RETRY_PAUSE_S)
                         continue
-                    self.ledger.record_sent([m.message_id for m in messages if m.message_id], session)
+                    self.ledger.record_sent([m.message_id for m in messages if m.message_id], session,
+                                            first_try=first_try)
                     break
         with self._lock:
             self.senders_done += 1
@@ -314,17 +320,21 @@ class ChaosRun:
         """SIGKILL a random partition every KILL_INTERVAL_S, and the gateway once half the messages are in."""
         rng = random.Random(KILL_SEED)
         next_kill = time.monotonic() + KILL_INTERVAL_S
-        gateway_killed = False
+        gateway_killed = recreated = False
         while not self.stop.wait(0.1):
+            if not recreated and self.ledger.acknowledged >= self.total // 4:
+                recreated = self._kill(f"partition.{rng.randrange(self.ns.partition_count)}", for_good=True)
             if not gateway_killed and self.ledger.acknowledged >= self.total // 2:
                 gateway_killed = self._kill("gateway.0")
             if time.monotonic() >= next_kill:
                 self._kill(f"partition.{rng.randrange(self.ns.partition_count)}")
                 next_kill = max(next_kill + KILL_INTERVAL_S, time.monotonic())
 
-    def _kill(self, actor: str) -> bool:
+    def _kill(self, actor: str, *, for_good: bool = False) -> bool:
         """SIGKILL the process of `<namespace>.<actor>` and wait for its new one; False (and noted) if
-        its pid could not be had."""
+        its pid could not be had. `for_good`: `ray.kill` it so that Ray will not restart it; clients
+        holding its handle in their routing tables report it, and the gateway recreates it from
+        its store under a new epoch."""
         name = f"{self.ns.name}.{actor}"
         try:
             pid = int(ray.get(ray.get_actor(name, namespace="ray_broker").pid.remote(), timeout=30))
@@ -332,7 +342,10 @@ class ChaosRun:
             self.note_error(f"kill {actor}", exc)
             return False
         assert pid != os.getpid(), f"{actor} claims to run in the test's own process {pid}"
-        os.kill(pid, signal.SIGKILL)
+        if for_good:
+            ray.kill(ray.get_actor(name, namespace="ray_broker"), no_restart=True)
+        else:
+            os.kill(pid, signal.SIGKILL)
         killed_at = time.monotonic()
         back_after_s: float | None = None
         while back_after_s is None and time.monotonic() - killed_at < RESTART_TIMEOUT_S:
@@ -341,7 +354,8 @@ class ChaosRun:
                 if int(ray.get(ray.get_actor(name, namespace="ray_broker").pid.remote(), timeout=5)) != pid:
                     back_after_s = time.monotonic() - killed_at
         with self._lock:
-            self.kills.append(Kill(actor, pid, killed_at - self.started, back_after_s))
+            self.kills.append(Kill(actor + (" for good" if for_good else ""), pid, killed_at - self.started,
+                                   back_after_s))
         return True
 
     # ------------------------------------------------------------------ the run

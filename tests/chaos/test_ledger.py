@@ -151,3 +151,12 @@ def test_concurrent_recording_is_consistent() -> None:
     assert ledger.acknowledged == 8 * 50 * 10
     assert ledger.outstanding() == 0
     assert ledger.violations() == []
+
+
+def test_a_message_acknowledged_at_its_first_send_is_stored_once() -> None:
+    ledger = Ledger()
+    ledger.record_sent(["a", "b"], first_try=True)
+    ledger.record_delivered([delivered(1, "a"), delivered(2, "b"), delivered(7, "a", started=2.0)])
+    ledger.record_completed([delivered(1, "a"), delivered(2, "b"), delivered(7, "a")], 3.0)
+    problems = ledger.violations()
+    assert len(problems) == 1 and "stored twice: 'a'" in problems[0] and "[1, 7]" in problems[0]
