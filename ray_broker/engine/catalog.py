@@ -31,10 +31,19 @@ def update_entity(state: PartitionState, definition: Mapping[str, Any]) -> dict[
 
 
 def _put_definition(state: PartitionState, key: str, definition: dict[str, Any]) -> dict[str, Any]:
+    entity_id = state.entity_ids.get(key, 0) or _free_entity_id(state)
     with state.store.transaction():
-        state.queries.put_definition(key, codec.packb(definition))
+        state.queries.put_entity(key, entity_id, codec.packb(definition))
         state.definitions.set(key, definition)
+        state.entity_ids.set(key, entity_id)
     return definition
+
+
+def _free_entity_id(state: PartitionState) -> int:
+    """The lowest entity number not in use (a deleted entity's number is free again: its messages
+    went with it)."""
+    used = {entity_id for _, entity_id in state.entity_ids.items()}
+    return next(n for n in range(1, len(used) + 2) if n not in used)
 
 
 def delete_entity(state: PartitionState, name: str) -> bool:
@@ -43,9 +52,11 @@ def delete_entity(state: PartitionState, name: str) -> bool:
     if key not in state.definitions:
         return False
     with state.store.transaction():
-        state.queries.delete_entity(key)
-        for cache in (state.definitions, state.sizes, state.counters):
-            cache.pop(key)
+        state.queries.delete_entity(key, state.entity_ids.get(key, 0))
+        state.definitions.pop(key)
+        state.entity_ids.pop(key)
+        state.sizes.pop(key)
+        state.counters.pop(key)
     return True
 
 
@@ -65,10 +76,11 @@ def list_entities(state: PartitionState) -> list[dict[str, Any]]:
 def runtime(state: PartitionState, entity: str) -> dict[str, Any]:
     """This partition's message counts and size for an entity."""
     frag = state.fragment(entity)
-    state.activate_due(state.clock.now(), frag.key)
+    with state.store.transaction():
+        state.activate_due(state.clock.now(), frag)
     counts = {"active": 0, "dead_letter": 0, "scheduled": 0, "transfer": 0, "transfer_dead_letter": 0,
               "size": state.sizes.get(frag.key, 0)}
-    for subq, message_state, n in state.queries.message_counts(frag.key):
+    for subq, message_state, n in state.queries.message_counts(frag.entity_id):
         if subq == DEAD_LETTER:
             counts["dead_letter"] += n
         elif subq == TRANSFER_DEAD_LETTER:

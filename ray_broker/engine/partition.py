@@ -12,7 +12,7 @@ partition actor exposes by name.
 from __future__ import annotations
 
 import sqlite3
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, ContextManager, Iterable, Mapping, Sequence
 
 from ..clock import Clock, SystemClock
 from ..protocol import (
@@ -74,6 +74,14 @@ class PartitionEngine:
     def clock(self) -> Clock:
         """The clock the engine reads."""
         return self.state.clock
+
+    def unit_of_work(self) -> ContextManager[sqlite3.Connection]:
+        """Run several operations in one store transaction: one commit for all of them.
+
+        Each operation inside still runs in a savepoint of its own, so one that raises undoes only
+        its own writes; an exception that leaves the block undoes them all.
+        """
+        return self.state.store.transaction()
 
     # ------------------------------------------------------------------ management
 

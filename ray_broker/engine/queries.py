@@ -1,29 +1,63 @@
 """The partition's SQL: one documented method per storage verb, rows returned as typed tuples.
 
-Statements use named parameters, except the few run with `executemany` over a whole batch, whose
-parameters are positional tuples in the order their docstrings give. Sub-queue and state values
-come from `SubQueueNumber` and `MessageState` and are written into the SQL text as literals, so
-that the partial indexes that name them apply and each statement's text stays constant (sqlite3
-caches prepared statements by their text).
+Messages are keyed by a row id that packs the entity's number and the message's sequence
+counter (`row_id`), so a message is found, locked and deleted through the table's own
+b-tree, and a batch of them through one statement. Their bodies live in a table of their own,
+so that locking or settling a message rewrites a small row, never its body.
 
-Row types are `NamedTuple`s: immutable and typed like frozen dataclasses, and built by C code
-(`_make`) at a tenth of a frozen dataclass's cost, which matters for a batch of messages. Every
-query that returns rows goes through the one converter, `_rows`.
+Statements use named parameters, except those over a batch (multi-row inserts and `IN (...)`
+lists, whose length varies), whose parameters are positional in the order their docstrings give;
+one statement per batch replaces a hundred `executemany` steps, each of which opens the table and
+its indexes again. Sub-queue and state values come from `SubQueueNumber` and
+`MessageState` and are written into the SQL text as literals, so that the partial indexes that
+name them apply and each statement's text stays constant (sqlite3 caches prepared statements by
+their text). Lists of ids are bound into `IN (...)` lists padded to a power of two, which keeps
+the number of distinct texts small.
+
+Row types are `NamedTuple`s: immutable and typed like frozen dataclasses, but built by C code
+(`tuple.__new__`) where a frozen dataclass costs 3 us a row, a fifth of the engine's whole budget
+for a batch of a hundred messages. Every query that returns rows goes through the one converter,
+`_rows`.
 """
 from __future__ import annotations
 
 import sqlite3
-from typing import Any, Iterable, NamedTuple, Sequence, TypeVar
+from functools import partial
+from typing import Any, Iterable, Iterator, NamedTuple, Sequence, TypeVar
 
 from ..protocol import MessageState, SubQueueNumber
+from ..routing import COUNTER_BITS, COUNTER_MASK
 
-_ACTIVE, _SCHEDULED = int(MessageState.ACTIVE), int(MessageState.SCHEDULED)
-_MAIN = int(SubQueueNumber.MAIN)
+_ACTIVE, _DEFERRED, _SCHEDULED = int(MessageState.ACTIVE), int(MessageState.DEFERRED), int(MessageState.SCHEDULED)
+_MAIN, _DEAD_LETTER = int(SubQueueNumber.MAIN), int(SubQueueNumber.DEAD_LETTER)
+_IN_LIST_MAX = 512
+
+
+def row_id(entity_id: int, seq: int) -> int:
+    """The row id of message `seq` of the entity numbered `entity_id` (its counter in the low bits)."""
+    return (entity_id << COUNTER_BITS) | (seq & COUNTER_MASK)
+
+
+def lock_token(prefix: bytes, row_id: int) -> bytes:
+    """The token of the lock on message `row_id` drawn with `prefix` (8 random bytes per lock
+    operation): the prefix, then the low 32 bits of the row id as 8 hex digits. 16 bytes, unique
+    per message and lock, and computed by SQLite in the one statement that locks a batch."""
+    return prefix + b"%08x" % (row_id & 0xFFFFFFFF)
+
+
+_LOCK_TOKEN = "CAST(? || printf('%08x', id & 4294967295) AS BLOB)"
+"""`lock_token` in SQL, for the row being updated (the prefix bound first)."""
+
+
+def row_id_range(entity_id: int) -> tuple[int, int]:
+    """The first and last row id an entity's messages can have."""
+    return entity_id << COUNTER_BITS, (entity_id << COUNTER_BITS) | COUNTER_MASK
 
 
 class MessageRow(NamedTuple):
     """A stored message: everything a receiver or a peek needs, and what screening reads."""
 
+    id: int
     seq: int
     subq: int
     """A `SubQueueNumber` value."""
@@ -40,21 +74,14 @@ class MessageRow(NamedTuple):
     dl_description: str | None
     dl_source: str | None
     enqueued_seq: int | None
-    payload: bytes
     visible_at: float | None
-    ttl: float | None
-
-
-class EntityMessageRow(NamedTuple):
-    """A stored message with the key of its entity (for work across entities)."""
-
-    entity: str
-    message: MessageRow
+    payload: bytes
 
 
 class LockState(NamedTuple):
     """The columns a settlement checks and changes."""
 
+    id: int
     seq: int
     subq: int
     state: int
@@ -67,8 +94,8 @@ class LockState(NamedTuple):
 class DueMessage(NamedTuple):
     """A scheduled message whose time has come."""
 
-    entity: str
-    seq: int
+    entity_id: int
+    id: int
     ttl: float | None
 
 
@@ -79,10 +106,11 @@ class SessionLock(NamedTuple):
     locked_until: float | None
 
 
-class StoredDefinition(NamedTuple):
-    """An entity definition as stored (msgpack)."""
+class StoredEntity(NamedTuple):
+    """An entity as stored: its key, its number in message ids, its definition (msgpack)."""
 
     key: str
+    id: int
     definition: bytes
 
 
@@ -104,19 +132,43 @@ class MessageCount(NamedTuple):
 R = TypeVar("R", bound=tuple)  # type: ignore[type-arg]
 
 
+
 def _rows(row_type: type[R], cursor: Iterable[Sequence[Any]]) -> list[R]:
-    """The one converter: database rows -> row tuples of `row_type`."""
-    return list(map(row_type._make, cursor))  # type: ignore[attr-defined]
+    """The one converter: database rows -> row tuples of `row_type` (built in C: each query names
+    exactly the row type's fields, in order)."""
+    return list(map(partial(tuple.__new__, row_type), cursor))
 
 
-_MESSAGE_COLUMNS = ", ".join(MessageRow._fields)
-_SELECT_MESSAGE = f"SELECT {_MESSAGE_COLUMNS} FROM messages"
+def _chunks(ids: Sequence[int]) -> Iterator[tuple[str, list[int | None]]]:
+    """`ids` as `IN` lists of at most `_IN_LIST_MAX`: (the marks, the values padded with NULLs to a
+    power of two)."""
+    for start in range(0, len(ids), _IN_LIST_MAX):
+        chunk: list[int | None] = list(ids[start:start + _IN_LIST_MAX])
+        size = 1 << (len(chunk) - 1).bit_length()
+        chunk.extend([None] * (size - len(chunk)))
+        yield ",".join("?" * size), chunk
+
+
+_MESSAGE_COLUMNS = ", ".join(f"m.{c}" if c != "payload" else "b.payload" for c in MessageRow._fields)
+_SELECT_MESSAGE = f"SELECT {_MESSAGE_COLUMNS} FROM messages m JOIN bodies b ON b.id = m.id"
 _LOCK_COLUMNS = ", ".join(LockState._fields)
-_AVAILABLE = f"entity = :entity AND subq = :subq AND state = {_ACTIVE} AND seq > :after"
-_AVAILABLE_IN_SESSION = _AVAILABLE + " AND session_id = :session_id"
+_AVAILABLE = f"m.eid = :eid AND m.subq = :subq AND m.state = {_ACTIVE} AND m.id > :after"
+_SUB_QUEUES = ", ".join(str(int(n)) for n in SubQueueNumber)
+_AVAILABLE_IN_SESSION = _AVAILABLE + " AND m.session_id = :session_id"
 _UNLOCKED = "(locked_until IS NULL OR locked_until <= :now)"
-_ENTITY_TABLES = (("messages", "entity"), ("sessions", "entity"), ("dedup", "entity"), ("counters", "entity"),
-                  ("entities", "key"))
+_INSERT_MESSAGES = ("INSERT INTO messages (id, eid, seq, subq, state, session_id, visible_at, enqueued_at, ttl, "
+                    "expires_at, size) VALUES ", f"(?, ?, ?, {_MAIN}, ?, ?, ?, ?, ?, ?, ?)")
+_INSERT_BODIES = ("INSERT INTO bodies (id, payload) VALUES ", "(?, ?)")
+_INSERT_CHUNK = 64
+_insert_texts: dict[tuple[str, int], str] = {}
+
+
+def _insert_text(statement: tuple[str, str], rows: int) -> str:
+    """The text of a multi-row insert of `rows` rows (built once per size)."""
+    text = _insert_texts.get((statement[0], rows))
+    if text is None:
+        text = _insert_texts[(statement[0], rows)] = statement[0] + ", ".join([statement[1]] * rows)
+    return text
 
 
 class Queries:
@@ -127,24 +179,28 @@ class Queries:
 
     # ------------------------------------------------------------------ entities and counters
 
-    def definitions(self) -> list[StoredDefinition]:
-        """Every stored entity definition."""
-        return _rows(StoredDefinition, self.db.execute("SELECT key, definition FROM entities"))
+    def entities(self) -> list[StoredEntity]:
+        """Every stored entity."""
+        return _rows(StoredEntity, self.db.execute("SELECT key, id, definition FROM entities"))
 
-    def put_definition(self, key: str, definition: bytes) -> None:
-        """Store (or replace) an entity's definition."""
-        self.db.execute("INSERT OR REPLACE INTO entities (key, definition) VALUES (:key, :definition)",
-                        {"key": key, "definition": definition})
+    def put_entity(self, key: str, entity_id: int, definition: bytes) -> None:
+        """Store (or replace) an entity's number and definition."""
+        self.db.execute("INSERT OR REPLACE INTO entities (key, id, definition) VALUES (:key, :id, :definition)",
+                        {"key": key, "id": entity_id, "definition": definition})
 
-    def delete_entity(self, key: str) -> None:
+    def delete_entity(self, key: str, entity_id: int) -> None:
         """Remove an entity and everything stored for it."""
-        for table, column in _ENTITY_TABLES:
+        first, last = row_id_range(entity_id)
+        self.db.execute("DELETE FROM bodies WHERE id BETWEEN :first AND :last", {"first": first, "last": last})
+        self.db.execute("DELETE FROM messages WHERE eid = :eid", {"eid": entity_id})
+        for table, column in (("sessions", "entity"), ("dedup", "entity"), ("counters", "entity"),
+                              ("entities", "key")):
             self.db.execute(f"DELETE FROM {table} WHERE {column} = :key", {"key": key})
 
     def stored_sizes(self) -> list[EntityFigure]:
         """The bytes of messages stored per entity."""
         return _rows(EntityFigure, self.db.execute(
-            "SELECT entity, COALESCE(SUM(size), 0) FROM messages GROUP BY entity"))
+            "SELECT e.key, COALESCE(SUM(m.size), 0) FROM messages m JOIN entities e ON e.id = m.eid GROUP BY m.eid"))
 
     def counters(self) -> list[EntityFigure]:
         """The next sequence counter per entity."""
@@ -157,13 +213,15 @@ class Queries:
 
     def highest_sequences(self) -> list[EntityFigure]:
         """The highest stored sequence number per entity."""
-        return _rows(EntityFigure, self.db.execute("SELECT entity, MAX(seq) FROM messages GROUP BY entity"))
+        return _rows(EntityFigure, self.db.execute(
+            "SELECT e.key, MAX(m.seq) FROM messages m JOIN entities e ON e.id = m.eid GROUP BY m.eid"))
 
-    def message_counts(self, key: str) -> list[MessageCount]:
+    def message_counts(self, entity_id: int) -> list[MessageCount]:
         """How many messages of an entity are in each sub-queue and state."""
+        first, last = row_id_range(entity_id)
         return _rows(MessageCount, self.db.execute(
-            "SELECT subq, state, COUNT(*) FROM messages WHERE entity = :entity GROUP BY subq, state",
-            {"entity": key}))
+            "SELECT subq, state, COUNT(*) FROM messages WHERE id BETWEEN :first AND :last GROUP BY subq, state",
+            {"first": first, "last": last}))
 
     # ------------------------------------------------------------------ duplicate detection
 
@@ -184,130 +242,143 @@ class Queries:
 
     # ------------------------------------------------------------------ writing messages
 
-    def insert_messages(self, rows: Sequence[tuple[Any, ...]]) -> None:
-        """Store new messages; each row is (entity, seq, subq, state, session_id, message_id,
-        visible_at, enqueued_at, ttl, expires_at, size, payload)."""
-        self.db.executemany(
-            "INSERT INTO messages (entity, seq, subq, state, session_id, message_id, visible_at, enqueued_at, "
-            "ttl, expires_at, size, payload) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+    def insert_messages(self, rows: Sequence[tuple[Any, ...]], bodies: Sequence[tuple[int, bytes]]) -> None:
+        """Store new messages in the main sub-queue: each row is (id, eid, seq, state, session_id,
+        visible_at, enqueued_at, ttl, expires_at, size), each body (id, payload)."""
+        self._insert(_INSERT_MESSAGES, rows)
+        self._insert(_INSERT_BODIES, bodies)
 
-    def delete_messages(self, key: str, seqs: Iterable[int]) -> None:
-        """Remove messages of an entity by sequence number."""
-        self.db.executemany("DELETE FROM messages WHERE entity = ? AND seq = ?", [(key, s) for s in seqs])
+    def _insert(self, statement: tuple[str, str], rows: Sequence[tuple[Any, ...]]) -> None:
+        """Insert rows with multi-row statements of 64, 32, ..., 1 rows: one statement does the
+        work of many `executemany` steps, and the texts stay few."""
+        start = 0
+        while start < len(rows):
+            size = min(_INSERT_CHUNK, 1 << ((len(rows) - start).bit_length() - 1))
+            self.db.execute(_insert_text(statement, size), [v for row in rows[start:start + size] for v in row])
+            start += size
 
-    def lock_messages(self, rows: Sequence[tuple[bytes | None, float | None, int, str, int]]) -> None:
-        """Lock messages; each row is (lock_token, locked_until, delivery_count, entity, seq)."""
-        self.db.executemany(
-            "UPDATE messages SET lock_token = ?, locked_until = ?, delivery_count = ? WHERE entity = ? AND seq = ?",
-            rows)
+    def delete_messages(self, ids: Sequence[int]) -> None:
+        """Remove messages (and their bodies) by row id."""
+        for marks, chunk in _chunks(ids):
+            self.db.execute(f"DELETE FROM messages WHERE id IN ({marks})", chunk)
+            self.db.execute(f"DELETE FROM bodies WHERE id IN ({marks})", chunk)
 
-    def unlock(self, key: str, seq: int, delivery_count: int) -> None:
+    def lock_messages(self, ids: Sequence[int], prefix: bytes, until: float) -> None:
+        """Lock messages until `until` under the tokens `lock_token(prefix, id)`, counting a
+        delivery of each: one statement for the batch."""
+        for marks, chunk in _chunks(ids):
+            self.db.execute(f"UPDATE messages SET lock_token = {_LOCK_TOKEN}, locked_until = ?, "
+                            f"delivery_count = delivery_count + 1 WHERE id IN ({marks})", [prefix, until, *chunk])
+
+    def unlock(self, row_id: int, delivery_count: int) -> None:
         """Drop a message's lock and set its delivery count."""
         self.db.execute("UPDATE messages SET lock_token = NULL, locked_until = NULL, delivery_count = :count "
-                        "WHERE entity = :entity AND seq = :seq", {"count": delivery_count, "entity": key, "seq": seq})
+                        "WHERE id = :id", {"count": delivery_count, "id": row_id})
 
-    def defer(self, key: str, seq: int) -> None:
+    def defer(self, row_id: int) -> None:
         """Unlock a message and set it aside as deferred."""
-        self.db.execute(f"UPDATE messages SET state = {int(MessageState.DEFERRED)}, lock_token = NULL, "
-                        "locked_until = NULL WHERE entity = :entity AND seq = :seq", {"entity": key, "seq": seq})
+        self.db.execute(f"UPDATE messages SET state = {_DEFERRED}, lock_token = NULL, locked_until = NULL "
+                        "WHERE id = :id", {"id": row_id})
 
-    def extend_lock(self, key: str, seq: int, until: float) -> None:
+    def extend_lock(self, row_id: int, until: float) -> None:
         """Move a message's lock expiry."""
-        self.db.execute("UPDATE messages SET locked_until = :until WHERE entity = :entity AND seq = :seq",
-                        {"until": until, "entity": key, "seq": seq})
+        self.db.execute("UPDATE messages SET locked_until = :until WHERE id = :id", {"until": until, "id": row_id})
 
-    def dead_letter(self, key: str, seq: int, reason: str | None, description: str | None) -> None:
+    def dead_letter(self, row_id: int, reason: str | None, description: str | None) -> None:
         """Move a message to its entity's dead-letter sub-queue, unlocked and active."""
         self.db.execute(
-            f"UPDATE messages SET subq = {int(SubQueueNumber.DEAD_LETTER)}, state = {_ACTIVE}, lock_token = NULL, "
-            "locked_until = NULL, dl_reason = :reason, dl_description = :description "
-            "WHERE entity = :entity AND seq = :seq",
-            {"reason": reason, "description": description, "entity": key, "seq": seq})
+            f"UPDATE messages SET subq = {_DEAD_LETTER}, state = {_ACTIVE}, lock_token = NULL, locked_until = NULL, "
+            "dl_reason = :reason, dl_description = :description WHERE id = :id",
+            {"reason": reason, "description": description, "id": row_id})
 
     # ------------------------------------------------------------------ reading messages
 
-    def available(self, key: str, subq: int, after: int, limit: int, session_id: str | None, *,
+    def available(self, entity_id: int, subq: int, after: int, limit: int, session_id: str | None, *,
                   lapsed_before: float | None = None) -> list[MessageRow]:
-        """Active messages above sequence `after`, in order: never locked ones, or with
+        """Active messages with a row id above `after`, in order: never locked ones, or with
         `lapsed_before` those whose lock expired by then (each from its own index range)."""
         scope = _AVAILABLE if session_id is None else _AVAILABLE_IN_SESSION
-        args = {"entity": key, "subq": subq, "after": after, "session_id": session_id, "limit": limit,
+        args = {"eid": entity_id, "subq": subq, "after": after, "session_id": session_id, "limit": limit,
                 "now": lapsed_before}
         if lapsed_before is None:
-            sql = f"{_SELECT_MESSAGE} WHERE {scope} AND locked_until IS NULL ORDER BY seq LIMIT :limit"
+            sql = f"{_SELECT_MESSAGE} WHERE {scope} AND m.locked_until IS NULL ORDER BY m.id LIMIT :limit"
         else:
-            sql = (f"{_SELECT_MESSAGE} INDEXED BY messages_ready WHERE {scope} AND locked_until <= :now "
-                   "ORDER BY seq LIMIT :limit")
+            sql = f"{_SELECT_MESSAGE} WHERE {scope} AND m.locked_until <= :now ORDER BY m.id LIMIT :limit"
         return _rows(MessageRow, self.db.execute(sql, args))
 
-    def locked_in_session(self, key: str, subq: int, session_id: str, now: float, after: int,
+    def locked_in_session(self, entity_id: int, subq: int, session_id: str, now: float, after_seq: int,
                           limit: int) -> list[MessageRow]:
-        """Active messages of a session above sequence `after` still locked (under the session's lock)."""
+        """Active messages of a session above sequence `after_seq` still locked (under the session's lock)."""
         return _rows(MessageRow, self.db.execute(
-            f"{_SELECT_MESSAGE} WHERE entity = :entity AND subq = :subq AND session_id = :session_id "
-            f"AND state = {_ACTIVE} AND lock_token IS NOT NULL AND locked_until > :now AND seq > :after "
-            "ORDER BY seq LIMIT :limit",
-            {"entity": key, "subq": subq, "session_id": session_id, "now": now, "after": after, "limit": limit}))
+            f"{_SELECT_MESSAGE} WHERE m.eid = :eid AND m.subq = :subq AND m.session_id = :session_id "
+            f"AND m.state = {_ACTIVE} AND m.lock_token IS NOT NULL AND m.locked_until > :now AND m.seq > :after "
+            "ORDER BY m.id LIMIT :limit",
+            {"eid": entity_id, "subq": subq, "session_id": session_id, "now": now, "after": after_seq,
+             "limit": limit}))
 
-    def message(self, key: str, subq: int, seq: int) -> MessageRow | None:
-        """One message of a sub-queue by sequence number."""
-        found = _rows(MessageRow, self.db.execute(
-            f"{_SELECT_MESSAGE} WHERE entity = :entity AND seq = :seq AND subq = :subq",
-            {"entity": key, "seq": seq, "subq": subq}))
+    def message(self, row_id: int, seq: int, subq: int) -> MessageRow | None:
+        """One message of a sub-queue by row id and sequence number."""
+        found = _rows(MessageRow, self.db.execute(f"{_SELECT_MESSAGE} WHERE m.id = :id AND m.seq = :seq "
+                                                  "AND m.subq = :subq", {"id": row_id, "seq": seq, "subq": subq}))
         return found[0] if found else None
 
-    def browse(self, key: str, subq: int, from_seq: int, limit: int, session_id: str | None) -> list[MessageRow]:
+    def browse(self, entity_id: int, subq: int, from_seq: int, limit: int,
+               session_id: str | None) -> list[MessageRow]:
         """Messages of a sub-queue from sequence `from_seq` on, in order, whatever their state."""
-        session = "" if session_id is None else " AND session_id = :session_id"
+        first, last = row_id_range(entity_id)
+        session = "" if session_id is None else " AND m.session_id = :session_id"
         return _rows(MessageRow, self.db.execute(
-            f"{_SELECT_MESSAGE} WHERE entity = :entity AND subq = :subq AND seq >= :from_seq{session} "
-            "ORDER BY seq LIMIT :limit",
-            {"entity": key, "subq": subq, "from_seq": from_seq, "session_id": session_id, "limit": limit}))
+            f"{_SELECT_MESSAGE} WHERE m.id BETWEEN :first AND :last AND m.subq = :subq AND m.seq >= :from_seq"
+            f"{session} ORDER BY m.id LIMIT :limit",
+            {"first": first, "last": last, "subq": subq, "from_seq": from_seq, "session_id": session_id,
+             "limit": limit}))
 
-    def lock_states(self, key: str, seqs: Sequence[int]) -> dict[int, LockState]:
-        """The lock columns of the given messages of an entity, by sequence number."""
-        states: dict[int, LockState] = {}
-        for i in range(0, len(seqs), 500):
-            chunk = seqs[i:i + 500]
-            marks = ",".join("?" * len(chunk))
-            for row in _rows(LockState, self.db.execute(
-                    f"SELECT {_LOCK_COLUMNS} FROM messages WHERE entity = ? AND seq IN ({marks})", (key, *chunk))):
-                states[row.seq] = row
+    def lock_states(self, ids: Sequence[int]) -> list[LockState]:
+        """The lock columns of the messages with the given row ids (those that exist)."""
+        states: list[LockState] = []
+        for marks, chunk in _chunks(ids):
+            states += _rows(LockState, self.db.execute(f"SELECT {_LOCK_COLUMNS} FROM messages WHERE id IN ({marks})",
+                                                       chunk))
         return states
 
-    def scheduled_size(self, key: str, seq: int) -> int | None:
+    def scheduled_size(self, row_id: int, seq: int) -> int | None:
         """The size of a message if it is still scheduled."""
-        row = self.db.execute(f"SELECT size FROM messages WHERE entity = :entity AND seq = :seq AND state = {_SCHEDULED}",
-                              {"entity": key, "seq": seq}).fetchone()
+        row = self.db.execute(f"SELECT size FROM messages WHERE id = :id AND seq = :seq AND state = {_SCHEDULED}",
+                              {"id": row_id, "seq": seq}).fetchone()
         return None if row is None else int(row[0])
 
     # ------------------------------------------------------------------ time-based work
 
-    def due(self, now: float, key: str | None) -> list[DueMessage]:
+    def due(self, now: float, entity_id: int | None) -> list[DueMessage]:
         """Scheduled messages due by `now` (of one entity, or all), in schedule order."""
-        scope = "" if key is None else " AND entity = :entity"
+        scope = "" if entity_id is None else " AND eid = :eid"
         return _rows(DueMessage, self.db.execute(
-            f"SELECT entity, seq, ttl FROM messages INDEXED BY messages_scheduled WHERE state = {_SCHEDULED} "
-            f"AND visible_at <= :now{scope} ORDER BY visible_at, seq", {"now": now, "entity": key}))
+            f"SELECT eid, id, ttl FROM messages INDEXED BY messages_scheduled WHERE state = {_SCHEDULED} "
+            f"AND visible_at <= :now{scope} ORDER BY visible_at, id", {"now": now, "eid": entity_id}))
 
-    def activate(self, key: str, seq: int, new_seq: int, now: float, expires_at: float | None) -> None:
-        """Enqueue a scheduled message under a new sequence number."""
+    def activate(self, row_id: int, new_id: int, new_seq: int, now: float, expires_at: float | None) -> None:
+        """Enqueue a scheduled message under a new sequence number (and so a new row id)."""
         self.db.execute(
-            f"UPDATE messages SET seq = :new_seq, state = {_ACTIVE}, enqueued_at = :now, expires_at = :expires_at "
-            "WHERE entity = :entity AND seq = :seq",
-            {"new_seq": new_seq, "now": now, "expires_at": expires_at, "entity": key, "seq": seq})
+            f"UPDATE messages SET id = :new_id, seq = :new_seq, state = {_ACTIVE}, enqueued_at = :now, "
+            "expires_at = :expires_at WHERE id = :id",
+            {"new_id": new_id, "new_seq": new_seq, "now": now, "expires_at": expires_at, "id": row_id})
+        self.db.execute("UPDATE bodies SET id = :new_id WHERE id = :id", {"new_id": new_id, "id": row_id})
 
-    def expired(self, now: float) -> list[EntityMessageRow]:
-        """Unlocked active messages of main sub-queues whose time to live ran out by `now`."""
-        cursor = self.db.execute(
-            f"SELECT entity, {_MESSAGE_COLUMNS} FROM messages WHERE expires_at <= :now AND subq = {_MAIN} "
-            f"AND state = {_ACTIVE} AND {_UNLOCKED}", {"now": now})
-        return [EntityMessageRow(row[0], MessageRow._make(row[1:])) for row in cursor]
+    def expired(self, now: float) -> list[tuple[int, MessageRow]]:
+        """Unlocked active messages of main sub-queues whose time to live ran out by `now`, with
+        their entity's number."""
+        rows = _rows(MessageRow, self.db.execute(
+            f"{_SELECT_MESSAGE} WHERE m.expires_at <= :now AND m.subq = {_MAIN} AND m.state = {_ACTIVE} "
+            f"AND (m.locked_until IS NULL OR m.locked_until <= :now)", {"now": now}))
+        return [(row.id >> COUNTER_BITS, row) for row in rows]
 
     def lock_lapsed_between(self, since: float, now: float) -> bool:
-        """Whether any message lock expired in (since, now]."""
-        return self.db.execute("SELECT 1 FROM messages WHERE locked_until > :since AND locked_until <= :now LIMIT 1",
-                               {"since": since, "now": now}).fetchone() is not None
+        """Whether any message lock expired in (since, now] (one probe of the lock index per entity
+        and sub-queue)."""
+        return self.db.execute(
+            f"SELECT 1 FROM entities e CROSS JOIN messages m ON m.eid = e.id AND m.subq IN ({_SUB_QUEUES}) "
+            "AND m.locked_until > :since AND m.locked_until <= :now LIMIT 1",
+            {"since": since, "now": now}).fetchone() is not None
 
     # ------------------------------------------------------------------ sessions
 
@@ -324,11 +395,11 @@ class Queries:
             "SELECT session_id FROM sessions WHERE entity = :entity AND locked_until > :now",
             {"entity": key, "now": now})}
 
-    def sessions_with_available(self, key: str, now: float) -> Iterable[str]:
+    def sessions_with_available(self, entity_id: int, now: float) -> Iterable[str]:
         """Session ids of an entity's unlocked active messages, in sequence order (lazily)."""
         return (str(sid) for (sid,) in self.db.execute(
-            f"SELECT session_id FROM messages WHERE entity = :entity AND subq = {_MAIN} AND state = {_ACTIVE} "
-            f"AND session_id IS NOT NULL AND {_UNLOCKED} ORDER BY seq", {"entity": key, "now": now}))
+            f"SELECT session_id FROM messages WHERE eid = :eid AND subq = {_MAIN} AND state = {_ACTIVE} "
+            f"AND session_id IS NOT NULL AND {_UNLOCKED} ORDER BY id", {"eid": entity_id, "now": now}))
 
     def lock_session(self, key: str, session_id: str, token: bytes, until: float) -> None:
         """Lock a session (creating its row if needed)."""
@@ -345,12 +416,12 @@ class Queries:
                         "WHERE entity = :entity AND session_id = :session_id",
                         {"until": until, "entity": key, "session_id": session_id})
 
-    def set_session_message_locks(self, key: str, session_id: str, until: float | None) -> None:
+    def set_session_message_locks(self, entity_id: int, session_id: str, until: float | None) -> None:
         """Move the locks of a session's locked messages to `until`; None unlocks them."""
         token = "lock_token" if until is not None else "NULL"
-        self.db.execute(f"UPDATE messages SET lock_token = {token}, locked_until = :until WHERE entity = :entity "
+        self.db.execute(f"UPDATE messages SET lock_token = {token}, locked_until = :until WHERE eid = :eid "
                         f"AND subq = {_MAIN} AND session_id = :session_id AND lock_token IS NOT NULL",
-                        {"until": until, "entity": key, "session_id": session_id})
+                        {"until": until, "eid": entity_id, "session_id": session_id})
 
     def session_state(self, key: str, session_id: str) -> bytes | None:
         """A session's state blob."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from ..errors import MessageNotFoundError
-from .state import Fragment, PartitionState
+from .state import PartitionState
 
 
 def cancel_scheduled(state: PartitionState, entity: str, sequence_numbers: Iterable[int]) -> None:
@@ -12,17 +12,13 @@ def cancel_scheduled(state: PartitionState, entity: str, sequence_numbers: Itera
     frag = state.fragment(entity)
     seqs = list(dict.fromkeys(int(s) for s in sequence_numbers))
     with state.store.transaction():
-        found = {}
-        for seq in seqs:
-            size = state.queries.scheduled_size(frag.key, seq)
-            if size is not None:
-                found[seq] = size
-        missing = [s for s in seqs if s not in found]
+        sizes = {seq: state.queries.scheduled_size(frag.row_id(seq), seq) for seq in seqs}
+        missing = [seq for seq, size in sizes.items() if size is None]
         if missing:
             raise state.error(MessageNotFoundError, f"no scheduled message with sequence number(s) {missing} in "
                               f"{frag.name!r}; it may have been enqueued already or cancelled", frag.name)
-        state.queries.delete_messages(frag.key, seqs)
-        state.sizes.add(frag.key, -sum(found.values()))
+        state.queries.delete_messages([frag.row_id(seq) for seq in seqs])
+        state.sizes.add(frag.key, -sum(size or 0 for size in sizes.values()))
 
 
 def housekeeping(state: PartitionState) -> bool:
@@ -34,13 +30,13 @@ def housekeeping(state: PartitionState) -> bool:
     """
     now = state.clock.now()
     since, state.last_housekeeping = state.last_housekeeping, now
-    changed = state.activate_due(now) > 0
-    expired = state.queries.expired(now)
-    lapsed = state.queries.lock_lapsed_between(since, now)
     with state.store.transaction():
-        for entity, row in expired:
-            definition = state.definitions.get(entity, None)  # type: ignore[arg-type]
-            if definition is not None:
-                state.expire(Fragment(entity, definition, 0), row)
+        changed = state.activate_due(now) > 0
+        expired = state.queries.expired(now)
+        if expired:
+            fragments = state.fragments_by_id()
+            for entity_id, row in expired:
+                state.expire(fragments[entity_id], row)
         state.queries.prune_message_ids(now)
+        lapsed = state.queries.lock_lapsed_between(since, now)
     return changed or bool(expired) or lapsed

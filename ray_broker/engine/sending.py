@@ -5,8 +5,11 @@ from typing import Any, Mapping, Sequence
 
 from ..entities import SEND_BLOCKING
 from ..errors import InvalidOperationError, MessagingEntityDisabledError, QuotaExceededError
-from ..protocol import ACTIVE, MAIN, SCHEDULED
+from ..protocol import ACTIVE, SCHEDULED
+from ..routing import COUNTER_BITS
 from .state import Fragment, PartitionState
+
+_ACTIVE, _SCHEDULED = int(ACTIVE), int(SCHEDULED)
 
 
 def send(state: PartitionState, entity: str, envelopes: Sequence[Mapping[str, Any]]) -> list[int | None]:
@@ -21,38 +24,57 @@ def send(state: PartitionState, entity: str, envelopes: Sequence[Mapping[str, An
     opts = frag.options
     now = state.clock.now()
     default_ttl = opts["default_message_time_to_live"]
-    dedup_window = opts["duplicate_detection_history_time_window"] if opts["requires_duplicate_detection"] else None
-    rows: list[tuple[Any, ...]] = []
-    result: list[int | None] = []
-    added = 0
     with state.store.transaction():
-        seen: set[str] = set()
-        for env in envelopes:
-            if dedup_window is not None and env.get("message_id") is not None:
-                key = _dedup_key(env, opts)
-                expiry = state.queries.dedup_expiry(frag.key, key)
-                if key in seen or (expiry is not None and expiry > now):
-                    result.append(None)
-                    continue
-                seen.add(key)
-                state.queries.remember_message_id(frag.key, key, now + dedup_window)
-            ttl = env.get("ttl")
+        keep = _new_messages(state, frag, envelopes, now) if opts["requires_duplicate_detection"] else None
+        accepted = envelopes if keep is None else [env for env, new in zip(envelopes, keep) if new]
+        counter = state.take_counters(frag, len(accepted))
+        entity_id, seq_base, id_base = frag.entity_id, frag.seq_base, frag.entity_id << COUNTER_BITS
+        rows: list[tuple[Any, ...]] = []
+        bodies: list[tuple[int, bytes]] = []
+        seqs: list[int | None] = []
+        added = 0
+        for env in accepted:
+            ttl, scheduled, size = env.get("ttl"), env.get("scheduled"), int(env["size"])
             if default_ttl is not None:
                 ttl = default_ttl if ttl is None else min(ttl, default_ttl)
-            scheduled = env.get("scheduled")
-            seq = state.next_sequence_number(frag.key, frag.seq_base)
             if scheduled is not None and scheduled > now:
-                message_state, visible_at, expires_at = SCHEDULED, scheduled, None
+                message_state, expires_at = _SCHEDULED, None
             else:
-                message_state, visible_at, expires_at = ACTIVE, scheduled, (None if ttl is None else now + ttl)
-            rows.append((frag.key, seq, MAIN, message_state, env.get("session_id"), env.get("message_id"),
-                         visible_at, now, ttl, expires_at, int(env["size"]), env["payload"]))
-            added += int(env["size"])
-            result.append(seq)
-        state.queries.insert_messages(rows)
-        state.save_counter(frag.key)
+                message_state, expires_at = _ACTIVE, (None if ttl is None else now + ttl)
+            row_id, seq = id_base | counter, seq_base | counter
+            counter += 1
+            rows.append((row_id, entity_id, seq, message_state, env.get("session_id"), scheduled, now, ttl, expires_at,
+                         size))
+            bodies.append((row_id, env["payload"]))
+            seqs.append(seq)
+            added += size
+        state.queries.insert_messages(rows, bodies)
         state.sizes.add(frag.key, added)
-    return result
+    if keep is None:
+        return seqs
+    stored = iter(seqs)
+    return [next(stored) if new else None for new in keep]
+
+
+def _new_messages(state: PartitionState, frag: Fragment, envelopes: Sequence[Mapping[str, Any]],
+                  now: float) -> list[bool]:
+    """Duplicate detection: which envelopes are new (their message id is not remembered, nor
+    repeated earlier in the batch); remembers the new ones' ids for the entity's window."""
+    window = frag.options["duplicate_detection_history_time_window"]
+    seen: set[str] = set()
+    keep = []
+    for env in envelopes:
+        if env.get("message_id") is None:
+            keep.append(True)
+            continue
+        key = _dedup_key(env, frag.options)
+        expiry = state.queries.dedup_expiry(frag.key, key)
+        new = key not in seen and (expiry is None or expiry <= now)
+        keep.append(new)
+        if new:
+            seen.add(key)
+            state.queries.remember_message_id(frag.key, key, now + window)
+    return keep
 
 
 def _check_sendable(state: PartitionState, frag: Fragment, envelopes: Sequence[Mapping[str, Any]]) -> None:

@@ -1,21 +1,12 @@
 """Settling on one partition: complete, abandon, defer, dead-letter, release and renew by lock token."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from ..errors import InvalidOperationError, MessageLockLostError, ServiceBusError, SessionLockLostError
 from ..protocol import ACTIVE, MAIN, SETTLE_ACTIONS
 from .queries import LockState
 from .state import Fragment, PartitionState
-
-
-@dataclass
-class _SettleBatch:
-    """Work gathered while applying a batch of settlements, written once at the end."""
-
-    deletes: list[int] = field(default_factory=list)
-    freed: int = 0
 
 
 def settle(state: PartitionState, entity: str, subq: int, ops: Sequence[Sequence[Any]],
@@ -27,68 +18,89 @@ def settle(state: PartitionState, entity: str, subq: int, ops: Sequence[Sequence
     """
     frag = state.fragment(entity)
     now = state.clock.now()
-    results: list[Any] = []
-    session_error: ServiceBusError | None = None
-    if session is not None:
-        try:
-            state.held_session(frag, session[0], session[1], now)
-        except SessionLockLostError as exc:
-            session_error = exc
-    locks = state.queries.lock_states(frag.key, [int(op[1]) for op in ops])
-    batch = _SettleBatch()
     with state.store.transaction():
-        for op in ops:
+        if session is not None:
             try:
-                if session_error is not None:
-                    raise session_error
-                results.append(_settle_one(state, frag, subq, op, locks, now, session, batch))
-                if op[0] != "renew":
-                    state.settled.add(op[2], op[0])
+                state.held_session(frag, session[0], session[1], now)
+            except SessionLockLostError as exc:
+                return [exc] * len(ops)
+        seqs = [int(op[1]) for op in ops]
+        locks = {lock.seq: lock for lock in state.queries.lock_states([frag.row_id(seq) for seq in seqs])}
+        completed: list[int] = []
+        settled: list[tuple[bytes, str]] = []
+        freed = 0
+        results: list[Any] = []
+        for op, seq in zip(ops, seqs):
+            action, token = op[0], op[2]
+            lock = locks.pop(seq, None)
+            try:
+                if lock is None or not _held(lock, subq, token, now, session):
+                    results.append(_without_lock(state, frag, action, seq, token, retry=lock is None))
+                    continue
+                if action == "complete":
+                    completed.append(lock.id)
+                    freed += lock.size
+                    results.append(None)
+                else:
+                    results.append(_apply(state, frag, op, lock, locks, now, session))
+                if action != "renew":
+                    settled.append((token, action))
             except ServiceBusError as exc:
                 results.append(exc)
-        state.queries.delete_messages(frag.key, batch.deletes)
-        state.sizes.add(frag.key, -batch.freed)
+        state.queries.delete_messages(completed)
+        state.sizes.add(frag.key, -freed)
+        state.settled.extend(settled)
     return results
 
 
-def _settle_one(state: PartitionState, frag: Fragment, subq: int, op: Sequence[Any], locks: dict[int, LockState],
-                now: float, session: tuple[str, bytes] | None, batch: _SettleBatch) -> Any:
-    action, seq, token = op[0], int(op[1]), op[2]
+def _held(lock: LockState, subq: int, token: bytes | None, now: float, session: tuple[str, bytes] | None) -> bool:
+    """Whether `token` holds the lock on a message of sub-queue `subq` (a session's lock covers its
+    messages, so their own expiry does not count)."""
+    return (lock.lock_token == token and token is not None and lock.subq == subq
+            and (session is not None or (lock.locked_until or 0) > now))
+
+
+def _without_lock(state: PartitionState, frag: Fragment, action: str, seq: int, token: bytes | None, *,
+                  retry: bool) -> None:
+    """A settlement whose lock is not held: when the message is gone (`retry`), a repeat of a
+    settlement already applied succeeds (None); an unknown action or a lost lock raises."""
     if action not in SETTLE_ACTIONS:
         raise InvalidOperationError(f"unknown settlement {action!r}")
-    lock = locks.pop(seq, None)
-    if lock is None and token is not None and state.settled.action(token) == action:
+    if retry and token is not None and state.settled.action(token) == action:
         return None
-    if (lock is None or lock.subq != subq or lock.lock_token is None or lock.lock_token != token
-            or (session is None and (lock.locked_until or 0) <= now)):
-        raise state.error(MessageLockLostError, f"the lock on message {seq} of {frag.name!r} was lost (it expired, "
-                          "or the message was settled or received again); receive the message again", frag.name)
-    q = state.queries
-    if action == "complete":
-        batch.deletes.append(seq)
-        batch.freed += lock.size
-    elif action in ("abandon", "release"):
+    raise state.error(MessageLockLostError, f"the lock on message {seq} of {frag.name!r} was lost (it expired, "
+                      "or the message was settled or received again); receive the message again", frag.name)
+
+
+def _apply(state: PartitionState, frag: Fragment, op: Sequence[Any], lock: LockState, locks: dict[int, LockState],
+           now: float, session: tuple[str, bytes] | None) -> float | None:
+    """Apply a settlement other than complete to a held lock; the new expiry for a renew."""
+    action, q = op[0], state.queries
+    if action not in SETTLE_ACTIONS:
+        locks[lock.seq] = lock
+        raise InvalidOperationError(f"unknown settlement {action!r}")
+    if action in ("abandon", "release"):
         count = max(0, lock.delivery_count - 1) if action == "release" else lock.delivery_count
-        q.unlock(frag.key, seq, count)
+        q.unlock(lock.id, count)
         if (action == "abandon" and lock.subq == MAIN and lock.state == ACTIVE
                 and count >= frag.options["max_delivery_count"]):
-            state.dead_letter(frag.key, seq, "MaxDeliveryCountExceeded",
-                              f"Message could not be consumed after {count} delivery attempts.")
+            q.dead_letter(lock.id, "MaxDeliveryCountExceeded",
+                          f"Message could not be consumed after {count} delivery attempts.")
     elif action == "defer":
-        q.defer(frag.key, seq)
+        q.defer(lock.id)
     elif action == "dead_letter":
         if lock.subq != MAIN:
-            locks[seq] = lock
-            raise state.error(InvalidOperationError, f"message {seq} is already in a dead-letter queue of "
+            locks[lock.seq] = lock
+            raise state.error(InvalidOperationError, f"message {lock.seq} is already in a dead-letter queue of "
                               f"{frag.name!r}; complete it instead", frag.name)
-        state.dead_letter(frag.key, seq, op[3] if len(op) > 3 else None, op[4] if len(op) > 4 else None)
+        q.dead_letter(lock.id, op[3] if len(op) > 3 else None, op[4] if len(op) > 4 else None)
     else:
         if session is not None:
-            locks[seq] = lock
+            locks[lock.seq] = lock
             raise state.error(InvalidOperationError, "messages of a session are locked by the session lock; renew "
                               "it with receiver.session.renew_lock()", frag.name)
         until = now + frag.options["lock_duration"]
-        q.extend_lock(frag.key, seq, until)
-        locks[seq] = lock._replace(locked_until=until)
+        q.extend_lock(lock.id, until)
+        locks[lock.seq] = lock._replace(locked_until=until)
         return until
     return None

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, Generic, Iterator, Mapping, TypeVar
+from typing import Any, Generic, Iterable, Iterator, Mapping, TypeVar
 
 from .. import codec
 from ..clock import Clock
@@ -25,7 +25,7 @@ from ..errors import (
 )
 from ..protocol import MAIN
 from ..routing import COUNTER_BITS, home_partition
-from .queries import MessageRow, Queries
+from .queries import MessageRow, Queries, row_id
 from .store import Store
 
 RECENTLY_SETTLED_LIMIT = 100_000
@@ -132,9 +132,9 @@ class SettledTokens:
                 return action
         return self._committed.get(token)
 
-    def add(self, token: bytes, action: str) -> None:
-        """Remember that the lock `token` was settled with `action`."""
-        self._pending.append((token, action))
+    def extend(self, settled: Iterable[tuple[bytes, str]]) -> None:
+        """Remember that each lock token was settled with its action."""
+        self._pending.extend(settled)
 
     def savepoint(self) -> int:
         """A mark of the pending tokens, to roll back to."""
@@ -146,8 +146,7 @@ class SettledTokens:
 
     def commit(self) -> None:
         """Remember the pending tokens, dropping the oldest beyond the limit."""
-        for token, action in self._pending:
-            self._committed[token] = action
+        self._committed.update(self._pending)
         self._pending.clear()
         while len(self._committed) > self._limit:
             self._committed.popitem(last=False)
@@ -159,6 +158,8 @@ class Fragment:
 
     key: str
     """The lower-cased entity name: the key of its rows."""
+    entity_id: int
+    """The entity's number in this store (the high bits of its messages' row ids)."""
     definition: dict[str, Any]
     seq_base: int
     """The bits above the counter in this fragment's sequence numbers."""
@@ -173,6 +174,10 @@ class Fragment:
         """The entity's normalized options."""
         return self.definition["options"]  # type: ignore[no-any-return]
 
+    def row_id(self, seq: int) -> int:
+        """The row id message `seq` of this fragment has (if it is one of this fragment's)."""
+        return row_id(self.entity_id, seq)
+
 
 class PartitionState:
     """The store, caches and shared rules of partition `index` of `partition_count`."""
@@ -184,8 +189,10 @@ class PartitionState:
         self.queries = Queries(store.db)
         self.clock = clock
         q = self.queries
+        stored = q.entities()
         self.definitions: StagedMap[str, dict[str, Any]] = StagedMap(
-            store, {d.key: codec.unpackb(d.definition) for d in q.definitions()})
+            store, {e.key: codec.unpackb(e.definition) for e in stored})
+        self.entity_ids: StagedMap[str, int] = StagedMap(store, {e.key: e.id for e in stored})
         self.sizes: StagedMap[str, int] = StagedMap(store, dict(q.stored_sizes()))
         self.counters: StagedMap[str, int] = StagedMap(store, dict(q.counters()))
         self.settled = SettledTokens(store)
@@ -209,28 +216,29 @@ class PartitionState:
         definition = self.definitions.get(key, None)  # type: ignore[arg-type]
         if definition is None:
             raise self.not_found(name)
-        return Fragment(key, definition, self.seq_base(key, definition))
+        frag = self._fragment(key, definition)
+        if not frag.options.get("enable_partitioning"):
+            home = home_partition(key, self.partition_count)
+            if home != self.index:
+                raise self.error(InvalidOperationError, f"entity {name!r} is not partitioned and lives on partition "
+                                 f"{home}, not {self.index}", name)
+        return frag
 
-    def seq_base(self, key: str, definition: Mapping[str, Any]) -> int:
-        """The high bits of an entity's sequence numbers here; raises if a non-partitioned entity
-        lives on another partition."""
-        if definition["options"].get("enable_partitioning"):
-            return self.index << COUNTER_BITS
-        home = home_partition(key, self.partition_count)
-        if home != self.index:
-            raise self.error(InvalidOperationError, f"entity {definition['name']!r} is not partitioned and lives on "
-                             f"partition {home}, not {self.index}", str(definition["name"]))
-        return 0
+    def _fragment(self, key: str, definition: dict[str, Any]) -> Fragment:
+        seq_base = (self.index << COUNTER_BITS) if definition["options"].get("enable_partitioning") else 0
+        return Fragment(key, self.entity_ids.get(key, 0), definition, seq_base)
 
-    def next_sequence_number(self, key: str, seq_base: int) -> int:
-        """Take the next sequence number of an entity (its counter is saved by `save_counter`)."""
-        counter = self.counters.get(key, 1)
-        self.counters.set(key, counter + 1)
-        return seq_base | counter
+    def fragments_by_id(self) -> dict[int, Fragment]:
+        """Every entity whose definition is here, by number (for work across entities)."""
+        return {self.entity_ids.get(key, 0): self._fragment(key, definition)
+                for key, definition in self.definitions.items()}
 
-    def save_counter(self, key: str) -> None:
-        """Store an entity's sequence counter."""
-        self.queries.save_counter(key, self.counters.get(key, 1))
+    def take_counters(self, frag: Fragment, count: int) -> int:
+        """Take the next `count` sequence counters of an entity and store its counter; the first."""
+        first = self.counters.get(frag.key, 1)
+        self.counters.set(frag.key, first + count)
+        self.queries.save_counter(frag.key, first + count)
+        return first
 
     def check_receivable(self, frag: Fragment) -> None:
         """Raise unless the entity's status allows receiving."""
@@ -241,21 +249,22 @@ class PartitionState:
 
     # ------------------------------------------------------------------ sessions
 
-    def check_session(self, frag: Fragment, subq: int, session: tuple[str, bytes] | None) -> str | None:
-        """Validate the receiver's session against the entity; return the session id to filter on."""
+    def check_session(self, frag: Fragment, subq: int,
+                      session: tuple[str, bytes] | None) -> tuple[str, float] | tuple[None, None]:
+        """Validate the receiver's session against the entity; return the session id to filter on
+        and its lock expiry (both None for a receiver without a session)."""
         needs_session = bool(frag.options["requires_session"]) and subq == MAIN
         if session is None:
             if needs_session:
                 raise self.error(InvalidOperationError,
                                  f"entity {frag.name!r} requires sessions: open a session receiver "
                                  "(session_id=... or NEXT_AVAILABLE_SESSION)", frag.name)
-            return None
+            return None, None
         if not needs_session:
             raise self.error(InvalidOperationError, f"entity {frag.name!r} does not require sessions; open a receiver "
                              "without session_id", frag.name)
         session_id, token = session
-        self.held_session(frag, session_id, token, self.clock.now())
-        return session_id
+        return session_id, self.held_session(frag, session_id, token, self.clock.now())
 
     def held_session(self, frag: Fragment, session_id: str, token: bytes, now: float) -> float:
         """The expiry of a session lock held with `token`; `SessionLockLostError` if it is not held."""
@@ -265,61 +274,55 @@ class PartitionState:
                              "was released; accept the session again", frag.name)
         return float(lock.locked_until)
 
-    def session_until(self, key: str, session_id: str) -> float:
-        """The lock expiry of a session known to be locked."""
-        lock = self.queries.session_lock(key, session_id)
-        assert lock is not None and lock.locked_until is not None
-        return float(lock.locked_until)
-
-    def next_free_session(self, key: str, now: float) -> str | None:
+    def next_free_session(self, frag: Fragment, now: float) -> str | None:
         """The session of the first available message whose session nobody holds."""
-        locked = self.queries.locked_sessions(key, now)
-        for session_id in self.queries.sessions_with_available(key, now):
+        locked = self.queries.locked_sessions(frag.key, now)
+        for session_id in self.queries.sessions_with_available(frag.entity_id, now):
             if session_id not in locked:
                 return session_id
         return None
 
-    # ------------------------------------------------------------------ time-based rules
+    # ------------------------------------------------------------------ time-based rules (inside a transaction)
 
-    def activate_due(self, now: float, key: str | None = None) -> int:
-        """Enqueue scheduled messages whose time has come, each with a new sequence number."""
-        due = self.queries.due(now, key)
+    def activate_due(self, now: float, frag: Fragment | None = None) -> int:
+        """Enqueue scheduled messages whose time has come (of one entity, or all), each with a new
+        sequence number."""
+        due = self.queries.due(now, None if frag is None else frag.entity_id)
         if not due:
             return 0
-        with self.store.transaction():
-            for msg in due:
-                definition = self.definitions.get(msg.entity, None)  # type: ignore[arg-type]
-                base = (self.index << COUNTER_BITS) if definition["options"].get("enable_partitioning") else 0
-                new_seq = self.next_sequence_number(msg.entity, base)
-                self.queries.activate(msg.entity, msg.seq, new_seq, now, None if msg.ttl is None else now + msg.ttl)
-            for entity in {msg.entity for msg in due}:
-                self.save_counter(entity)
+        fragments = {frag.entity_id: frag} if frag is not None else self.fragments_by_id()
+        for msg in due:
+            owner = fragments[msg.entity_id]
+            new_seq = owner.seq_base | self.take_counters(owner, 1)
+            self.queries.activate(msg.id, owner.row_id(new_seq), new_seq, now,
+                                  None if msg.ttl is None else now + msg.ttl)
         return len(due)
 
-    def available_rows(self, key: str, subq: int, now: float, limit: int, session_id: str | None,
+    def available_rows(self, frag: Fragment, subq: int, now: float, limit: int, session_id: str | None,
                        after: int = 0) -> list[MessageRow]:
-        """Unlocked active messages with a sequence number above `after`, in order.
+        """Unlocked active messages with a row id above `after`, in order.
 
-        Never-locked rows come from the ready index in sequence order; rows whose lock has expired
-        come from the lock-expiry index. Neither query walks past messages that are still locked.
+        Never-locked rows and rows whose lock has expired come from two ranges of the ready index;
+        neither query walks past messages that are still locked.
         """
-        free = self.queries.available(key, subq, after, limit, session_id)
-        lapsed = self.queries.available(key, subq, after, limit, session_id, lapsed_before=now)
-        return sorted(free + lapsed, key=lambda r: r.seq)[:limit] if lapsed else free
+        free = self.queries.available(frag.entity_id, subq, after, limit, session_id)
+        lapsed = self.queries.available(frag.entity_id, subq, after, limit, session_id, lapsed_before=now)
+        return sorted(free + lapsed)[:limit] if lapsed else free
 
-    def exists_available(self, key: str, subq: int, now: float, session_id: str | None) -> bool:
+    def exists_available(self, frag: Fragment, subq: int, now: float, session_id: str | None) -> bool:
         """Whether a receive could take a message now."""
-        return bool(self.available_rows(key, subq, now, 1, session_id))
+        return bool(self.available_rows(frag, subq, now, 1, session_id))
 
     def screen(self, frag: Fragment, rows: list[MessageRow], now: float) -> list[MessageRow]:
         """Expire and dead-letter what may no longer be delivered; return the rest."""
+        max_delivery_count = frag.options["max_delivery_count"]
         usable = []
         for row in rows:
             if row.subq == MAIN and row.expires_at is not None and row.expires_at <= now:
                 self.expire(frag, row)
-            elif row.subq == MAIN and row.delivery_count >= frag.options["max_delivery_count"]:
-                self.dead_letter(frag.key, row.seq, "MaxDeliveryCountExceeded",
-                                 f"Message could not be consumed after {row.delivery_count} delivery attempts.")
+            elif row.subq == MAIN and row.delivery_count >= max_delivery_count:
+                self.queries.dead_letter(row.id, "MaxDeliveryCountExceeded",
+                                         f"Message could not be consumed after {row.delivery_count} delivery attempts.")
             else:
                 usable.append(row)
         return usable
@@ -327,25 +330,22 @@ class PartitionState:
     def expire(self, frag: Fragment, row: MessageRow) -> None:
         """A message's time to live ran out: dead-letter it or delete it, as the entity says."""
         if frag.options["dead_lettering_on_message_expiration"]:
-            self.dead_letter(frag.key, row.seq, "TTLExpiredException", "The message expired and was dead lettered.")
+            self.queries.dead_letter(row.id, "TTLExpiredException", "The message expired and was dead lettered.")
         else:
-            self.queries.delete_messages(frag.key, [row.seq])
+            self.queries.delete_messages([row.id])
             self.sizes.add(frag.key, -row.size)
 
-    def dead_letter(self, key: str, seq: int, reason: str | None, description: str | None) -> None:
-        """Move a message to the dead-letter sub-queue."""
-        self.queries.dead_letter(key, seq, reason, description)
 
-
-def message_record(row: MessageRow, *, with_lock: bool = True) -> dict[str, Any]:
-    """The dict a receiver turns into a `ReceivedMessage`."""
+def message_record(row: MessageRow, delivery_count: int, lock_token: bytes | None = None,
+                   locked_until: float | None = None) -> dict[str, Any]:
+    """The dict a receiver turns into a `ReceivedMessage` (with the lock, when one is given)."""
     rec: dict[str, Any] = {
         "payload": row.payload,
         "sequence_number": row.seq,
         "enqueued_sequence_number": row.enqueued_seq or row.seq,
         "enqueued_time": row.enqueued_at,
         "expires_at": row.expires_at,
-        "delivery_count": row.delivery_count,
+        "delivery_count": delivery_count,
         "state": row.state,
     }
     if row.visible_at is not None:
@@ -355,7 +355,7 @@ def message_record(row: MessageRow, *, with_lock: bool = True) -> dict[str, Any]
         rec["dead_letter_error_description"] = row.dl_description
     if row.dl_source is not None:
         rec["dead_letter_source"] = row.dl_source
-    if with_lock and row.lock_token is not None:
-        rec["lock_token"] = row.lock_token
-        rec["locked_until"] = row.locked_until
+    if lock_token is not None:
+        rec["lock_token"] = lock_token
+        rec["locked_until"] = locked_until
     return rec

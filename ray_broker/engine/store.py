@@ -76,8 +76,61 @@ CREATE TABLE IF NOT EXISTS dedup (
 CREATE INDEX IF NOT EXISTS dedup_expiry ON dedup (expires_at);
 """
 
+_MESSAGE_ROWS_V2 = """
+CREATE TABLE entities_v2 (
+    key TEXT PRIMARY KEY,
+    id INTEGER NOT NULL UNIQUE,
+    definition BLOB NOT NULL
+);
+INSERT INTO entities_v2 (key, id, definition)
+    SELECT key, row_number() OVER (ORDER BY key), definition FROM entities;
+DROP TABLE entities;
+ALTER TABLE entities_v2 RENAME TO entities;
+CREATE TABLE messages_v2 (
+    id INTEGER PRIMARY KEY,
+    eid INTEGER NOT NULL,
+    seq INTEGER NOT NULL,
+    subq INTEGER NOT NULL,
+    state INTEGER NOT NULL,
+    session_id TEXT,
+    visible_at REAL,
+    enqueued_at REAL NOT NULL,
+    ttl REAL,
+    expires_at REAL,
+    lock_token BLOB,
+    locked_until REAL,
+    delivery_count INTEGER NOT NULL DEFAULT 0,
+    size INTEGER NOT NULL,
+    dl_reason TEXT,
+    dl_description TEXT,
+    dl_source TEXT,
+    enqueued_seq INTEGER
+);
+CREATE TABLE bodies (
+    id INTEGER PRIMARY KEY,
+    payload BLOB NOT NULL
+);
+INSERT INTO messages_v2 (id, eid, seq, subq, state, session_id, visible_at, enqueued_at, ttl, expires_at,
+                         lock_token, locked_until, delivery_count, size, dl_reason, dl_description, dl_source,
+                         enqueued_seq)
+    SELECT (e.id << 48) | (m.seq & 281474976710655), e.id, m.seq, m.subq, m.state, m.session_id, m.visible_at,
+           m.enqueued_at, m.ttl, m.expires_at, m.lock_token, m.locked_until, m.delivery_count, m.size,
+           m.dl_reason, m.dl_description, m.dl_source, m.enqueued_seq
+    FROM messages m JOIN entities e ON e.key = m.entity;
+INSERT INTO bodies (id, payload)
+    SELECT (e.id << 48) | (m.seq & 281474976710655), m.payload FROM messages m JOIN entities e ON e.key = m.entity;
+DROP TABLE messages;
+ALTER TABLE messages_v2 RENAME TO messages;
+CREATE INDEX messages_free ON messages (eid, subq) WHERE state = 0 AND locked_until IS NULL;
+CREATE INDEX messages_locked ON messages (eid, subq, locked_until) WHERE locked_until IS NOT NULL;
+CREATE INDEX messages_session ON messages (eid, subq, session_id, state) WHERE session_id IS NOT NULL;
+CREATE INDEX messages_scheduled ON messages (visible_at) WHERE state = 2;
+CREATE INDEX messages_expiring ON messages (expires_at) WHERE expires_at IS NOT NULL AND subq = 0 AND state = 0;
+"""
+
 MIGRATIONS: tuple[str, ...] = (
     _SCHEMA_V1,  # 0 -> 1: the first release's tables (stores it wrote have them already, unversioned)
+    _MESSAGE_ROWS_V2,  # 1 -> 2: entities numbered; messages keyed by (entity number, counter); bodies apart
 )
 """`MIGRATIONS[v]` is the SQL script that brings a store at version v to version v + 1."""
 

@@ -88,14 +88,13 @@ def test_a_failed_unit_drops_its_cache_changes_and_writes() -> None:
     with pytest.raises(RuntimeError), store.transaction() as db:
         db.execute("INSERT INTO counters (entity, next_seq) VALUES ('a', 1)")
         sizes.add("q", 5)
-        settled.add(b"t1", "complete")
+        settled.extend([(b"t1", "complete")])
         assert (sizes.get("q", 0), settled.action(b"t1")) == (15, "complete")
         raise RuntimeError("boom")
     assert store.db.execute("SELECT COUNT(*) FROM counters").fetchone()[0] == 0
     assert (sizes.get("q", 0), settled.action(b"t1")) == (10, None)
     with store.transaction():
-        for token in (b"t1", b"t2", b"t3"):
-            settled.add(token, "complete")
+        settled.extend((token, "complete") for token in (b"t1", b"t2", b"t3"))
     assert [settled.action(t) for t in (b"t1", b"t2", b"t3")] == [None, "complete", "complete"]
     store.close()
 
@@ -106,3 +105,30 @@ def test_cached_figures_change_only_inside_a_transaction() -> None:
     with pytest.raises(RuntimeError, match="inside a store transaction"):
         sizes.set("q", 1)
     store.close()
+
+
+def test_operations_in_one_unit_of_work_commit_together(broker: Broker) -> None:
+    broker.create_queue("q")
+    broker.send("q", "a", "b")
+    (first,) = broker.receive("q", 1)
+    commits = []
+    broker.engine.db.set_trace_callback(lambda sql: commits.append(sql) if sql == "COMMIT" else None)
+    with broker.engine.unit_of_work():
+        assert broker.settle("q", "complete", first) is None
+        with pytest.raises(InvalidOperationError):
+            broker.engine.receive("q", 0, 1, session=("s", b"t"))
+        assert broker.bodies(broker.receive("q")) == [b"b"]
+    broker.engine.db.set_trace_callback(None)
+    assert commits == ["COMMIT"]
+    assert broker.engine.runtime("q")["active"] == 1
+    assert broker.engine.integrity_check() == {"ok": True, "problems": []}
+
+
+def test_an_error_leaving_a_unit_of_work_undoes_all_of_it(broker: Broker) -> None:
+    broker.create_queue("q")
+    with pytest.raises(RuntimeError), broker.engine.unit_of_work():
+        broker.send("q", "a")
+        raise RuntimeError("stop")
+    assert broker.engine.runtime("q") == {"active": 0, "dead_letter": 0, "scheduled": 0, "transfer": 0,
+                                          "transfer_dead_letter": 0, "size": 0}
+    assert broker.send("q", "b") == [1]
