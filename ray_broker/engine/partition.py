@@ -115,14 +115,19 @@ class PartitionEngine:
 
     # ------------------------------------------------------------------ messages
 
-    def send(self, entity: str, envelopes: Sequence[Mapping[str, Any]]) -> list[int | None]:
+    def send(self, entity: str, envelopes: Sequence[Mapping[str, Any]],
+             producer: tuple[str, int] | None = None) -> list[int | None]:
         """Enqueue messages (or schedule those with a future scheduled time).
 
         Each envelope holds `payload` (encoded message), `size`, and optionally `message_id`,
         `session_id`, `partition_key`, `ttl` (seconds) and `scheduled` (epoch seconds).
         Returns each message's sequence number, or None for a dropped duplicate.
+
+        `producer`, `(producer_id, batch_number)`, makes the send idempotent: a retry of a batch
+        this partition already stored returns the first reply and stores nothing (see
+        `sending.send`).
         """
-        return sending.send(self.state, entity, envelopes)
+        return sending.send(self.state, entity, envelopes, producer)
 
     def cancel_scheduled(self, entity: str, sequence_numbers: Iterable[int]) -> None:
         """Delete scheduled messages; all must still be scheduled, or nothing is cancelled."""
@@ -188,7 +193,8 @@ class PartitionEngine:
     # ------------------------------------------------------------------ time
 
     def housekeeping(self) -> bool:
-        """Activate due scheduled messages, expire messages, prune duplicate-detection ids.
+        """Activate due scheduled messages, expire messages, prune duplicate-detection ids, forget
+        idempotent producers idle for over an hour.
 
         Returns True when messages may have become available (to wake waiting receivers).
         """

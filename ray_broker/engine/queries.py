@@ -193,8 +193,8 @@ class Queries:
         first, last = row_id_range(entity_id)
         self.db.execute("DELETE FROM bodies WHERE id BETWEEN :first AND :last", {"first": first, "last": last})
         self.db.execute("DELETE FROM messages WHERE eid = :eid", {"eid": entity_id})
-        for table, column in (("sessions", "entity"), ("dedup", "entity"), ("counters", "entity"),
-                              ("entities", "key")):
+        for table, column in (("sessions", "entity"), ("dedup", "entity"), ("producers", "entity"),
+                              ("counters", "entity"), ("entities", "key")):
             self.db.execute(f"DELETE FROM {table} WHERE {column} = :key", {"key": key})
 
     def stored_sizes(self) -> list[EntityFigure]:
@@ -239,6 +239,24 @@ class Queries:
     def prune_message_ids(self, now: float) -> None:
         """Forget message ids whose duplicate-detection window has passed."""
         self.db.execute("DELETE FROM dedup WHERE expires_at <= :now", {"now": now})
+
+    # ------------------------------------------------------------------ idempotent producers
+
+    def producer_batches(self, key: str, producer: str) -> bytes | None:
+        """The recent batches a producer sent to an entity (msgpack), if it sent any lately."""
+        row = self.db.execute("SELECT batches FROM producers WHERE entity = :entity AND producer = :producer",
+                              {"entity": key, "producer": producer}).fetchone()
+        return None if row is None else bytes(row[0])
+
+    def save_producer_batches(self, key: str, producer: str, batches: bytes, now: float) -> None:
+        """Record a producer's recent batches to an entity, used at `now`."""
+        self.db.execute("INSERT OR REPLACE INTO producers (entity, producer, last_used, batches) "
+                        "VALUES (:entity, :producer, :now, :batches)",
+                        {"entity": key, "producer": producer, "now": now, "batches": batches})
+
+    def forget_producers(self, idle_since: float) -> None:
+        """Forget producers not used since `idle_since`."""
+        self.db.execute("DELETE FROM producers WHERE last_used < :since", {"since": idle_since})
 
     # ------------------------------------------------------------------ writing messages
 

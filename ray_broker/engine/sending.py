@@ -4,56 +4,105 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from ..entities import SEND_BLOCKING
-from ..errors import InvalidOperationError, MessagingEntityDisabledError, QuotaExceededError
+from .. import codec
+from ..errors import InvalidArgumentError, InvalidOperationError, MessagingEntityDisabledError, QuotaExceededError
 from ..protocol import ACTIVE, SCHEDULED
 from ..routing import COUNTER_BITS
 from .state import Fragment, PartitionState
 
 _ACTIVE, _SCHEDULED = int(ACTIVE), int(SCHEDULED)
 
+PRODUCER_BATCH_HISTORY = 32
+"""How many of an idempotent producer's latest batches a partition recognizes, per entity."""
 
-def send(state: PartitionState, entity: str, envelopes: Sequence[Mapping[str, Any]]) -> list[int | None]:
+
+def send(state: PartitionState, entity: str, envelopes: Sequence[Mapping[str, Any]],
+         producer: tuple[str, int] | None = None) -> list[int | None]:
     """Enqueue messages (or schedule those with a future scheduled time).
 
     Each envelope holds `payload` (encoded message), `size`, and optionally `message_id`,
     `session_id`, `partition_key`, `ttl` (seconds) and `scheduled` (epoch seconds).
     Returns each message's sequence number, or None for a dropped duplicate.
+
+    `producer` is `(producer_id, batch_number)` from an idempotent producer: a batch this
+    partition already stored for that producer and entity (one of its last
+    `PRODUCER_BATCH_HISTORY`) is not stored again, and the sequence numbers of the first time
+    come back. The record is written in the same transaction as the messages.
     """
     frag = state.fragment(entity)
+    producer_id, batch_number = _check_producer(state, producer)
+    with state.store.transaction():
+        history = _producer_history(state, frag, producer_id)
+        if batch_number in history:
+            return history[batch_number]
+        seqs = _store(state, frag, envelopes)
+        if producer_id is not None:
+            history[batch_number] = seqs
+            _save_producer_history(state, frag, producer_id, history)
+    return seqs
+
+
+def _store(state: PartitionState, frag: Fragment, envelopes: Sequence[Mapping[str, Any]]) -> list[int | None]:
+    """Store a batch (inside a transaction); its sequence numbers (None for dropped duplicates)."""
     _check_sendable(state, frag, envelopes)
     opts = frag.options
     now = state.clock.now()
     default_ttl = opts["default_message_time_to_live"]
-    with state.store.transaction():
-        keep = _new_messages(state, frag, envelopes, now) if opts["requires_duplicate_detection"] else None
-        accepted = envelopes if keep is None else [env for env, new in zip(envelopes, keep) if new]
-        counter = state.take_counters(frag, len(accepted))
-        entity_id, seq_base, id_base = frag.entity_id, frag.seq_base, frag.entity_id << COUNTER_BITS
-        rows: list[tuple[Any, ...]] = []
-        bodies: list[tuple[int, bytes]] = []
-        seqs: list[int | None] = []
-        added = 0
-        for env in accepted:
-            ttl, scheduled, size = env.get("ttl"), env.get("scheduled"), int(env["size"])
-            if default_ttl is not None:
-                ttl = default_ttl if ttl is None else min(ttl, default_ttl)
-            if scheduled is not None and scheduled > now:
-                message_state, expires_at = _SCHEDULED, None
-            else:
-                message_state, expires_at = _ACTIVE, (None if ttl is None else now + ttl)
-            row_id, seq = id_base | counter, seq_base | counter
-            counter += 1
-            rows.append((row_id, entity_id, seq, message_state, env.get("session_id"), scheduled, now, ttl, expires_at,
-                         size))
-            bodies.append((row_id, env["payload"]))
-            seqs.append(seq)
-            added += size
-        state.queries.insert_messages(rows, bodies)
-        state.sizes.add(frag.key, added)
+    keep = _new_messages(state, frag, envelopes, now) if opts["requires_duplicate_detection"] else None
+    accepted = envelopes if keep is None else [env for env, new in zip(envelopes, keep) if new]
+    counter = state.take_counters(frag, len(accepted))
+    entity_id, seq_base, id_base = frag.entity_id, frag.seq_base, frag.entity_id << COUNTER_BITS
+    rows: list[tuple[Any, ...]] = []
+    bodies: list[tuple[int, bytes]] = []
+    seqs: list[int | None] = []
+    added = 0
+    for env in accepted:
+        ttl, scheduled, size = env.get("ttl"), env.get("scheduled"), int(env["size"])
+        if default_ttl is not None:
+            ttl = default_ttl if ttl is None else min(ttl, default_ttl)
+        if scheduled is not None and scheduled > now:
+            message_state, expires_at = _SCHEDULED, None
+        else:
+            message_state, expires_at = _ACTIVE, (None if ttl is None else now + ttl)
+        row_id, seq = id_base | counter, seq_base | counter
+        counter += 1
+        rows.append((row_id, entity_id, seq, message_state, env.get("session_id"), scheduled, now, ttl, expires_at,
+                     size))
+        bodies.append((row_id, env["payload"]))
+        seqs.append(seq)
+        added += size
+    state.queries.insert_messages(rows, bodies)
+    state.sizes.add(frag.key, added)
     if keep is None:
         return seqs
     stored = iter(seqs)
     return [next(stored) if new else None for new in keep]
+
+
+def _check_producer(state: PartitionState, producer: Any) -> tuple[str | None, int | None]:
+    """`(producer_id, batch_number)` checked, or (None, None) without a producer."""
+    if producer is None:
+        return None, None
+    if (not isinstance(producer, (tuple, list)) or len(producer) != 2 or not isinstance(producer[0], str)
+            or not isinstance(producer[1], int) or isinstance(producer[1], bool)):
+        raise state.error(InvalidArgumentError,
+                          f"producer must be a (producer_id: str, batch_number: int) pair, got {producer!r}")
+    return producer[0], producer[1]
+
+
+def _producer_history(state: PartitionState, frag: Fragment, producer_id: str | None) -> dict[int, list[int | None]]:
+    """A producer's recent batches to an entity: batch number -> sequence numbers, oldest first."""
+    if producer_id is None:
+        return {}
+    stored = state.queries.producer_batches(frag.key, producer_id)
+    return {} if stored is None else {int(number): seqs for number, seqs in codec.unpackb(stored)}
+
+
+def _save_producer_history(state: PartitionState, frag: Fragment, producer_id: str,
+                           history: dict[int, list[int | None]]) -> None:
+    """Store a producer's last `PRODUCER_BATCH_HISTORY` batches to an entity."""
+    recent = list(history.items())[-PRODUCER_BATCH_HISTORY:]
+    state.queries.save_producer_batches(frag.key, producer_id, codec.packb(recent), state.clock.now())
 
 
 def _new_messages(state: PartitionState, frag: Fragment, envelopes: Sequence[Mapping[str, Any]],

@@ -128,9 +128,21 @@ CREATE INDEX messages_scheduled ON messages (visible_at) WHERE state = 2;
 CREATE INDEX messages_expiring ON messages (expires_at) WHERE expires_at IS NOT NULL AND subq = 0 AND state = 0;
 """
 
+_PRODUCERS_V3 = """
+CREATE TABLE producers (
+    entity TEXT NOT NULL,
+    producer TEXT NOT NULL,
+    last_used REAL NOT NULL,
+    batches BLOB NOT NULL,
+    PRIMARY KEY (entity, producer)
+);
+CREATE INDEX producers_idle ON producers (last_used);
+"""
+
 MIGRATIONS: tuple[str, ...] = (
     _SCHEMA_V1,  # 0 -> 1: the first release's tables (stores it wrote have them already, unversioned)
     _MESSAGE_ROWS_V2,  # 1 -> 2: entities numbered; messages keyed by (entity number, counter); bodies apart
+    _PRODUCERS_V3,  # 2 -> 3: the recent batches of idempotent producers
 )
 """`MIGRATIONS[v]` is the SQL script that brings a store at version v to version v + 1."""
 
