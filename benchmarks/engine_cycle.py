@@ -9,7 +9,8 @@ a shared machine hits both alike; figures are medians over rounds. Target: the e
 reaches 0.5x the floor's throughput (at most twice its time). CPU time per batch is reported too:
 on a shared machine it varies less than wall time.
 
-    python -m benchmarks.engine_cycle [--rounds 7] [--batches 50] [--batch-size 100] [--body-size 1024]
+    python -m benchmarks.engine_cycle [--rounds 7] [--batches 50] [--batch-size 100] [--receive-size 0]
+                                      [--body-size 1024] [--durability normal]
 """
 from __future__ import annotations
 
@@ -42,6 +43,8 @@ class EngineCycleConfig:
     batches: int = 50
     warmup: int = 5
     batch_size: int = 100
+    receive_size: int = 0
+    """Messages per receive (0: the whole batch in one receive)."""
     body_size: int = 1024
     durability: str = "normal"
 
@@ -49,10 +52,11 @@ class EngineCycleConfig:
 class EngineSystem:
     """A `PartitionEngine` over a file store with one queue."""
 
-    def __init__(self, directory: Path, durability: str) -> None:
+    def __init__(self, directory: Path, durability: str, receive_size: int) -> None:
         self.engine = PartitionEngine(0, 1, Store(str(directory / "engine.db"), durability), SystemClock())
         self.engine.create_entity({"name": QUEUE, "kind": "queue", "options": normalize_queue_options({}),
                                    "incarnation": f"{QUEUE}-1", "created_at": 0.0, "updated_at": 0.0})
+        self.receive_size = receive_size
 
     def cycle(self, envelopes: Sequence[dict[str, Any]], clock: PhaseClock) -> None:
         """Send the batch, receive it locked, complete it."""
@@ -60,7 +64,10 @@ class EngineSystem:
         with clock("send"):
             engine.send(QUEUE, envelopes)
         with clock("receive"):
-            records = engine.receive(QUEUE, MAIN, len(envelopes), PEEK_LOCK)["messages"]
+            records: list[dict[str, Any]] = []
+            for start in range(0, len(envelopes), self.receive_size or len(envelopes)):
+                wanted = min(self.receive_size or len(envelopes), len(envelopes) - start)
+                records += engine.receive(QUEUE, MAIN, wanted, PEEK_LOCK)["messages"]
         with clock("settle"):
             results = engine.settle(QUEUE, MAIN, [("complete", r["sequence_number"], r["lock_token"]) for r in records])
         if len(records) != len(envelopes) or any(r is not None for r in results):
@@ -74,8 +81,9 @@ class EngineSystem:
 class RawSystem:
     """Plain sqlite3 with the engine's pragmas: a table of (sequence number, payload)."""
 
-    def __init__(self, directory: Path, durability: str) -> None:
+    def __init__(self, directory: Path, durability: str, receive_size: int) -> None:
         self.db = sqlite3.connect(str(directory / "raw.db"), isolation_level=None)
+        self.receive_size = receive_size
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=" + ("FULL" if durability == "fsync" else "NORMAL"))
         self.db.execute("PRAGMA cache_size=-16000")
@@ -93,9 +101,13 @@ class RawSystem:
                            [(first + i, e["payload"]) for i, e in enumerate(envelopes)])
             db.execute("COMMIT")
         with clock("receive"):
-            db.execute("BEGIN")
-            rows = db.execute("SELECT seq, payload FROM messages ORDER BY seq LIMIT ?", (len(envelopes),)).fetchall()
-            db.execute("COMMIT")
+            rows: list[tuple[int, bytes]] = []
+            for start in range(0, len(envelopes), self.receive_size or len(envelopes)):
+                wanted = min(self.receive_size or len(envelopes), len(envelopes) - start)
+                db.execute("BEGIN")
+                rows += db.execute("SELECT seq, payload FROM messages WHERE seq > ? ORDER BY seq LIMIT ?",
+                                   (rows[-1][0] if rows else 0, wanted)).fetchall()
+                db.execute("COMMIT")
         with clock("settle"):
             db.execute("BEGIN IMMEDIATE")
             db.executemany("DELETE FROM messages WHERE seq = ?", [(r[0],) for r in rows])
@@ -129,7 +141,8 @@ def run(config: EngineCycleConfig) -> dict[str, Any]:
     body = make_body(config.body_size)
     envelopes = [Message(body, message_id=f"m{i}").to_envelope() for i in range(config.batch_size)]
     directory = Path(tempfile.mkdtemp(prefix="rb-engine-cycle-"))
-    systems = {"engine": EngineSystem(directory, config.durability), "raw_sqlite": RawSystem(directory, config.durability)}
+    systems = {"engine": EngineSystem(directory, config.durability, config.receive_size),
+               "raw_sqlite": RawSystem(directory, config.durability, config.receive_size)}
     rounds: dict[str, list[dict[str, Any]]] = {name: [] for name in systems}
     try:
         for _ in range(config.rounds):
@@ -169,7 +182,8 @@ def table(doc: dict[str, Any]) -> str:
     rows = [[name, r["ms_per_batch"], r["msgs_per_s"], r["cpu_ms_per_batch"],
              *(r["phases_ms_per_batch"].get(p) for p in phases)] for name, r in doc["results"].items()]
     config = doc["config"]
-    title = (f"Engine cycle: {config['batch_size']} x {config['body_size']} B per batch, durability "
+    receives = f", {config['receive_size']} per receive" if config["receive_size"] else ""
+    title = (f"Engine cycle: {config['batch_size']} x {config['body_size']} B per batch{receives}, durability "
              f"{config['durability']}, median of {config['rounds']} rounds of {config['batches']} batches")
     return (format_table(title, ["system", "ms/batch", "msgs/s", "cpu ms/batch", *(f"{p} ms" for p in phases)], rows)
             + "\n\n" + targets_table(doc["targets"]))
@@ -185,11 +199,14 @@ def main() -> int:
     p.add_argument("--warmup", type=int, default=defaults.warmup, help=f"untimed cycles per round (default {defaults.warmup})")
     p.add_argument("--batch-size", type=int, default=defaults.batch_size,
                    help=f"messages per cycle (default {defaults.batch_size})")
+    p.add_argument("--receive-size", type=int, default=defaults.receive_size,
+                   help="messages per receive, and per select of the floor (default: the whole batch)")
     p.add_argument("--durability", choices=("normal", "fsync"), default=defaults.durability,
                    help="store durability of both systems (default normal)")
     args = p.parse_args()
     config = EngineCycleConfig(rounds=args.rounds, batches=args.batches, warmup=args.warmup,
-                               batch_size=args.batch_size, body_size=args.body_size, durability=args.durability)
+                               batch_size=args.batch_size, receive_size=args.receive_size, body_size=args.body_size,
+                               durability=args.durability)
     doc = run(config)
     emit(doc, table(doc), args.json)
     return 0

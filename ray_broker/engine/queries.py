@@ -3,7 +3,8 @@
 Messages are keyed by a row id that packs the entity's number and the message's sequence
 counter (`row_id`), so a message is found, locked and deleted through the table's own
 b-tree, and a batch of them through one statement. Their bodies live in a table of their own,
-so that locking or settling a message rewrites a small row, never its body.
+so that locking or settling a message rewrites a small row, never its body. A row may hold a
+run of consecutive messages (`span` of them, sharing one body): see `messages`.
 
 Statements use named parameters, except those over a batch (multi-row inserts and `IN (...)`
 lists, whose length varies), whose parameters are positional in the order their docstrings give;
@@ -75,7 +76,10 @@ class MessageRow(NamedTuple):
     dl_source: str | None
     enqueued_seq: int | None
     visible_at: float | None
-    payload: bytes
+    span: int
+    """How many messages the row holds: 1, or more for a run (see the module docstring)."""
+    body: int
+    """The id of the `bodies` row that holds the payloads."""
 
 
 class LockState(NamedTuple):
@@ -89,6 +93,18 @@ class LockState(NamedTuple):
     locked_until: float | None
     delivery_count: int
     size: int
+    span: int
+    body: int
+
+
+class Body(NamedTuple):
+    """The payloads of one message, or of the messages of one run: `payload` is their
+    concatenation and `lengths` (msgpack, None for one message) their lengths in order."""
+
+    id: int
+    span: int
+    lengths: bytes | None
+    payload: bytes
 
 
 class DueMessage(NamedTuple):
@@ -149,16 +165,18 @@ def _chunks(ids: Sequence[int]) -> Iterator[tuple[str, list[int | None]]]:
         yield ",".join("?" * size), chunk
 
 
-_MESSAGE_COLUMNS = ", ".join(f"m.{c}" if c != "payload" else "b.payload" for c in MessageRow._fields)
-_SELECT_MESSAGE = f"SELECT {_MESSAGE_COLUMNS} FROM messages m JOIN bodies b ON b.id = m.id"
+_MESSAGE_COLUMNS = ", ".join(f"m.{c}" for c in MessageRow._fields)
+_SELECT_MESSAGE = f"SELECT {_MESSAGE_COLUMNS} FROM messages m"
 _LOCK_COLUMNS = ", ".join(LockState._fields)
 _AVAILABLE = f"m.eid = :eid AND m.subq = :subq AND m.state = {_ACTIVE} AND m.id > :after"
 _SUB_QUEUES = ", ".join(str(int(n)) for n in SubQueueNumber)
 _AVAILABLE_IN_SESSION = _AVAILABLE + " AND m.session_id = :session_id"
 _UNLOCKED = "(locked_until IS NULL OR locked_until <= :now)"
 _INSERT_MESSAGES = ("INSERT INTO messages (id, eid, seq, subq, state, session_id, visible_at, enqueued_at, ttl, "
-                    "expires_at, size) VALUES ", f"(?, ?, ?, {_MAIN}, ?, ?, ?, ?, ?, ?, ?)")
-_INSERT_BODIES = ("INSERT INTO bodies (id, payload) VALUES ", "(?, ?)")
+                    "expires_at, size, span, body) VALUES ", f"(?, ?, ?, {_MAIN}, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+_INSERT_BODIES = ("INSERT INTO bodies (id, span, lengths, payload) VALUES ", "(?, ?, ?, ?)")
+_COPIED_COLUMNS = ("eid, subq, state, session_id, visible_at, enqueued_at, ttl, expires_at, locked_until, "
+                   "delivery_count, dl_reason, dl_description, dl_source, enqueued_seq, body")
 _INSERT_CHUNK = 64
 _insert_texts: dict[tuple[str, int], str] = {}
 
@@ -214,13 +232,13 @@ class Queries:
     def highest_sequences(self) -> list[EntityFigure]:
         """The highest stored sequence number per entity."""
         return _rows(EntityFigure, self.db.execute(
-            "SELECT e.key, MAX(m.seq) FROM messages m JOIN entities e ON e.id = m.eid GROUP BY m.eid"))
+            "SELECT e.key, MAX(m.seq + m.span - 1) FROM messages m JOIN entities e ON e.id = m.eid GROUP BY m.eid"))
 
     def message_counts(self, entity_id: int) -> list[MessageCount]:
         """How many messages of an entity are in each sub-queue and state."""
         first, last = row_id_range(entity_id)
         return _rows(MessageCount, self.db.execute(
-            "SELECT subq, state, COUNT(*) FROM messages WHERE id BETWEEN :first AND :last GROUP BY subq, state",
+            "SELECT subq, state, SUM(span) FROM messages WHERE id BETWEEN :first AND :last GROUP BY subq, state",
             {"first": first, "last": last}))
 
     # ------------------------------------------------------------------ duplicate detection
@@ -260,9 +278,10 @@ class Queries:
 
     # ------------------------------------------------------------------ writing messages
 
-    def insert_messages(self, rows: Sequence[tuple[Any, ...]], bodies: Sequence[tuple[int, bytes]]) -> None:
-        """Store new messages in the main sub-queue: each row is (id, eid, seq, state, session_id,
-        visible_at, enqueued_at, ttl, expires_at, size), each body (id, payload)."""
+    def insert_messages(self, rows: Sequence[tuple[Any, ...]], bodies: Sequence[tuple[Any, ...]]) -> None:
+        """Store new messages (and runs) in the main sub-queue: each row is (id, eid, seq, state,
+        session_id, visible_at, enqueued_at, ttl, expires_at, size, span, body), each body (id,
+        span, lengths, payload)."""
         self._insert(_INSERT_MESSAGES, rows)
         self._insert(_INSERT_BODIES, bodies)
 
@@ -275,11 +294,24 @@ class Queries:
             self.db.execute(_insert_text(statement, size), [v for row in rows[start:start + size] for v in row])
             start += size
 
-    def delete_messages(self, ids: Sequence[int]) -> None:
-        """Remove messages (and their bodies) by row id."""
+    def delete_messages(self, ids: Sequence[int], bodies: Iterable[int]) -> None:
+        """Remove message rows by id, and those of the given bodies no row refers to any more."""
         for marks, chunk in _chunks(ids):
             self.db.execute(f"DELETE FROM messages WHERE id IN ({marks})", chunk)
-            self.db.execute(f"DELETE FROM bodies WHERE id IN ({marks})", chunk)
+        for marks, chunk in _chunks(sorted(set(bodies))):
+            self.db.execute(f"DELETE FROM bodies WHERE id IN ({marks}) AND NOT EXISTS (SELECT 1 FROM messages m "
+                            "WHERE m.id >= bodies.id AND m.id < bodies.id + bodies.span)", chunk)
+
+    def cut(self, row_id: int, pieces: Sequence[MessageRow]) -> None:
+        """Cut the run in row `row_id` into `pieces` (the first keeps the row, each other becomes a
+        row of its own with its id, seq, span, size and lock token; the rest is copied)."""
+        first = pieces[0]
+        self.db.execute("UPDATE messages SET span = :span, size = :size WHERE id = :id",
+                        {"span": first.span, "size": first.size, "id": row_id})
+        self.db.executemany(
+            f"INSERT INTO messages (id, seq, span, size, lock_token, {_COPIED_COLUMNS}) "
+            f"SELECT ?, ?, ?, ?, ?, {_COPIED_COLUMNS} FROM messages WHERE id = ?",
+            [(p.id, p.seq, p.span, p.size, p.lock_token, row_id) for p in pieces[1:]])
 
     def lock_messages(self, ids: Sequence[int], prefix: bytes, until: float) -> None:
         """Lock messages until `until` under the tokens `lock_token(prefix, id)`, counting a
@@ -346,18 +378,37 @@ class Queries:
         first, last = row_id_range(entity_id)
         session = "" if session_id is None else " AND m.session_id = :session_id"
         return _rows(MessageRow, self.db.execute(
-            f"{_SELECT_MESSAGE} WHERE m.id BETWEEN :first AND :last AND m.subq = :subq AND m.seq >= :from_seq"
-            f"{session} ORDER BY m.id LIMIT :limit",
+            f"{_SELECT_MESSAGE} WHERE m.id BETWEEN :first AND :last AND m.subq = :subq "
+            f"AND m.seq + m.span > :from_seq{session} ORDER BY m.id LIMIT :limit",
             {"first": first, "last": last, "subq": subq, "from_seq": from_seq, "session_id": session_id,
              "limit": limit}))
 
     def lock_states(self, ids: Sequence[int]) -> list[LockState]:
-        """The lock columns of the messages with the given row ids (those that exist)."""
+        """The lock columns of the rows with the given ids (those that exist)."""
         states: list[LockState] = []
         for marks, chunk in _chunks(ids):
             states += _rows(LockState, self.db.execute(f"SELECT {_LOCK_COLUMNS} FROM messages WHERE id IN ({marks})",
                                                        chunk))
         return states
+
+    def runs_between(self, entity_id: int, first: int, last: int) -> list[LockState]:
+        """The lock columns of an entity's runs whose first id is in [first, last], in order."""
+        return _rows(LockState, self.db.execute(
+            f"SELECT {_LOCK_COLUMNS} FROM messages INDEXED BY messages_runs WHERE eid = :eid AND span > 1 "
+            "AND id BETWEEN :first AND :last ORDER BY id", {"eid": entity_id, "first": first, "last": last}))
+
+    def bodies(self, ids: Sequence[int]) -> list[Body]:
+        """The bodies with the given ids."""
+        found: list[Body] = []
+        for marks, chunk in _chunks(ids):
+            found += _rows(Body, self.db.execute(f"SELECT id, span, lengths, payload FROM bodies WHERE id IN ({marks})",
+                                                 chunk))
+        return found
+
+    def body_lengths(self, body_id: int) -> bytes | None:
+        """The payload lengths of a run's body (msgpack), without its payloads."""
+        row = self.db.execute("SELECT lengths FROM bodies WHERE id = :id", {"id": body_id}).fetchone()
+        return None if row is None else row[0]
 
     def scheduled_size(self, row_id: int, seq: int) -> int | None:
         """The size of a message if it is still scheduled."""
@@ -375,10 +426,11 @@ class Queries:
             f"AND visible_at <= :now{scope} ORDER BY visible_at, id", {"now": now, "eid": entity_id}))
 
     def activate(self, row_id: int, new_id: int, new_seq: int, now: float, expires_at: float | None) -> None:
-        """Enqueue a scheduled message under a new sequence number (and so a new row id)."""
+        """Enqueue a scheduled message under a new sequence number (and so a new row id, which its
+        body follows; a scheduled message is never part of a run)."""
         self.db.execute(
-            f"UPDATE messages SET id = :new_id, seq = :new_seq, state = {_ACTIVE}, enqueued_at = :now, "
-            "expires_at = :expires_at WHERE id = :id",
+            f"UPDATE messages SET id = :new_id, seq = :new_seq, body = :new_id, state = {_ACTIVE}, "
+            "enqueued_at = :now, expires_at = :expires_at WHERE id = :id",
             {"new_id": new_id, "new_seq": new_seq, "now": now, "expires_at": expires_at, "id": row_id})
         self.db.execute("UPDATE bodies SET id = :new_id WHERE id = :id", {"new_id": new_id, "id": row_id})
 

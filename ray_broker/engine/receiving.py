@@ -6,8 +6,9 @@ from typing import Any, Iterable
 
 from ..errors import MessageNotFoundError
 from ..protocol import DEFERRED, PEEK_LOCK, RECEIVE_AND_DELETE
+from . import messages
 from .queries import MessageRow, lock_token
-from .state import Fragment, PartitionState, message_record
+from .state import Fragment, PartitionState
 
 
 def receive(state: PartitionState, entity: str, subq: int, max_count: int, mode: str = PEEK_LOCK,
@@ -35,53 +36,69 @@ def receive(state: PartitionState, entity: str, subq: int, max_count: int, mode:
             if unseen:
                 return _with_unseen(state, frag, subq, max_count, now, session_id, session_until, taken, unseen)
         if mode == RECEIVE_AND_DELETE:
-            state.queries.delete_messages([r.id for r in taken])
-            state.sizes.add(frag.key, -sum(r.size for r in taken))
-            return {"messages": [message_record(r, r.delivery_count + 1) for r in taken], "more": more}
+            found = messages.payloads(state.queries, taken)
+            state.queries.delete_messages([row.id for row in taken], [row.body for row in taken])
+            state.sizes.add(frag.key, -sum(row.size for row in taken))
+            records = [r for row, p in zip(taken, found)
+                       for r in messages.records(row, p, row.delivery_count + 1, locked=False)]
+            return {"messages": records, "more": more}
         until = session_until if session_id is not None else now + frag.options["lock_duration"]
         return {"messages": _lock(state, taken, until), "more": more}
 
 
 def _take_available(state: PartitionState, frag: Fragment, subq: int, max_count: int, now: float,
                     session_id: str | None) -> tuple[list[MessageRow], bool]:
-    """Up to `max_count` deliverable messages in order (screening out expired and over-delivered
-    ones on the way), and whether more are available beyond them."""
+    """Rows holding up to `max_count` deliverable messages in order (screening out expired and
+    over-delivered ones on the way, cutting a run that holds more than are wanted), and whether
+    more are available beyond them."""
     taken: list[MessageRow] = []
-    after = 0
-    while len(taken) < max_count:
-        wanted = max_count - len(taken)
+    count, after = 0, 0
+    while True:
+        wanted = max_count - count
         rows = state.available_rows(frag, subq, now, wanted + 1, session_id, after)
-        considered = rows[:wanted]
-        taken += state.screen(frag, considered, now)
+        for row in state.screen(frag, rows, now):
+            if count >= max_count:
+                return taken, True
+            if row.span > max_count - count:
+                taken.append(messages.cut(state.queries, row, [max_count - count])[0])
+                return taken, True
+            taken.append(row)
+            count += row.span
         if len(rows) <= wanted:
             return taken, False
-        after = considered[-1].id
-    return taken, max_count > 0 or state.exists_available(frag, subq, now, session_id)
+        after = rows[-1].id
 
 
 def _lock(state: PartitionState, rows: list[MessageRow], until: float) -> list[dict[str, Any]]:
-    """Lock messages until `until`, counting a delivery of each; their records."""
+    """Lock the messages of some rows until `until`, counting a delivery of each; their records."""
     prefix = os.urandom(8)
     state.queries.lock_messages([row.id for row in rows], prefix, until)
-    return [message_record(row, row.delivery_count + 1, lock_token(prefix, row.id), until) for row in rows]
+    found = messages.payloads(state.queries, rows)
+    return [record for row, p in zip(rows, found)
+            for record in messages.records(row._replace(lock_token=lock_token(prefix, row.id),
+                                                        locked_until=until),
+                                           p, row.delivery_count + 1, locked=True)]
 
 
 def _with_unseen(state: PartitionState, frag: Fragment, subq: int, max_count: int, now: float, session_id: str,
                  session_until: float, fresh: list[MessageRow], unseen: list[MessageRow]) -> dict[str, Any]:
     """A session receive that hands out again, in order, messages locked for the session earlier
-    that its receiver never got (they keep their lock and delivery count)."""
+    that its receiver never got (they keep their lock and delivery count). Session messages are
+    never runs."""
     resent = {row.id for row in unseen}
     taken = sorted(unseen + fresh)[:max_count]
-    records = {r["sequence_number"]: r for r in _lock(state, [r for r in taken if r.id not in resent], session_until)}
-    messages = [records.get(row.seq) or message_record(row, row.delivery_count, row.lock_token, row.locked_until)
-                for row in taken]
+    locked = {r["sequence_number"]: r for r in _lock(state, [r for r in taken if r.id not in resent], session_until)}
+    again = [row for row in taken if row.id in resent]
+    kept = {r["sequence_number"]: r for row, p in zip(again, messages.payloads(state.queries, again))
+            for r in messages.records(row, p, row.delivery_count, locked=True)}
     more = len(taken) >= max_count and state.exists_available(frag, subq, now, session_id)
-    return {"messages": messages, "more": more}
+    return {"messages": [locked.get(row.seq) or kept[row.seq] for row in taken], "more": more}
 
 
 def receive_deferred(state: PartitionState, entity: str, subq: int, sequence_numbers: Iterable[int],
                      mode: str = PEEK_LOCK, session: tuple[str, bytes] | None = None) -> list[dict[str, Any]]:
-    """Receive deferred messages by sequence number (locked, or removed in receive-and-delete)."""
+    """Receive deferred messages by sequence number (locked, or removed in receive-and-delete).
+    A deferred message is never part of a run: deferring cuts it out."""
     frag = state.fragment(entity)
     state.check_receivable(frag)
     q = state.queries
@@ -97,9 +114,10 @@ def receive_deferred(state: PartitionState, entity: str, subq: int, sequence_num
                                   f"no deferred message with sequence number {seq} is available in {frag.name!r}"
                                   + (f" for session {session_id!r}" if session_id else ""), frag.name)
             if mode == RECEIVE_AND_DELETE:
-                q.delete_messages([row.id])
+                (payload,) = messages.payloads(q, [row])
+                q.delete_messages([row.id], [row.body])
                 state.sizes.add(frag.key, -row.size)
-                records.append(message_record(row, row.delivery_count + 1))
+                records += messages.records(row, payload, row.delivery_count + 1, locked=False)
             else:
                 until = session_until if session_id is not None else now + frag.options["lock_duration"]
                 records += _lock(state, [row], until)
@@ -110,10 +128,16 @@ def peek(state: PartitionState, entity: str, subq: int, from_sequence: int, max_
          session_id: str | None = None) -> list[dict[str, Any]]:
     """Browse messages from `from_sequence` in sequence order without locking them."""
     frag = state.fragment(entity)
+    from_sequence, max_count = int(from_sequence), int(max_count)
     with state.store.transaction():
         state.activate_due(state.clock.now(), frag)
-        rows = state.queries.browse(frag.entity_id, subq, int(from_sequence), int(max_count), session_id)
-    return [message_record(r, r.delivery_count) for r in rows]
+        rows = state.queries.browse(frag.entity_id, subq, from_sequence, max_count, session_id)
+        found = messages.payloads(state.queries, rows)
+    records = []
+    for row, row_payloads in zip(rows, found):
+        first = max(0, from_sequence - row.seq)
+        records += messages.records(row, row_payloads[first:], row.delivery_count, locked=False, first=first)
+    return records[:max(0, max_count)]
 
 
 def has_available(state: PartitionState, entity: str, subq: int, session_id: str | None = None,

@@ -11,7 +11,8 @@ PRODUCER_IDLE_S = 3600.0
 
 
 def cancel_scheduled(state: PartitionState, entity: str, sequence_numbers: Iterable[int]) -> None:
-    """Delete scheduled messages; all must still be scheduled, or nothing is cancelled."""
+    """Delete scheduled messages; all must still be scheduled, or nothing is cancelled. (A
+    scheduled message is never part of a run: it has its own row and body.)"""
     frag = state.fragment(entity)
     seqs = list(dict.fromkeys(int(s) for s in sequence_numbers))
     with state.store.transaction():
@@ -20,7 +21,8 @@ def cancel_scheduled(state: PartitionState, entity: str, sequence_numbers: Itera
         if missing:
             raise state.error(MessageNotFoundError, f"no scheduled message with sequence number(s) {missing} in "
                               f"{frag.name!r}; it may have been enqueued already or cancelled", frag.name)
-        state.queries.delete_messages([frag.row_id(seq) for seq in seqs])
+        ids = [frag.row_id(seq) for seq in seqs]
+        state.queries.delete_messages(ids, ids)
         state.sizes.add(frag.key, -sum(size or 0 for size in sizes.values()))
 
 

@@ -8,6 +8,7 @@ from .. import codec
 from ..errors import InvalidArgumentError, InvalidOperationError, MessagingEntityDisabledError, QuotaExceededError
 from ..protocol import ACTIVE, SCHEDULED
 from ..routing import COUNTER_BITS
+from . import messages
 from .state import Fragment, PartitionState
 
 _ACTIVE, _SCHEDULED = int(ACTIVE), int(SCHEDULED)
@@ -47,36 +48,67 @@ def _store(state: PartitionState, frag: Fragment, envelopes: Sequence[Mapping[st
     _check_sendable(state, frag, envelopes)
     opts = frag.options
     now = state.clock.now()
-    default_ttl = opts["default_message_time_to_live"]
     keep = _new_messages(state, frag, envelopes, now) if opts["requires_duplicate_detection"] else None
     accepted = envelopes if keep is None else [env for env, new in zip(envelopes, keep) if new]
     counter = state.take_counters(frag, len(accepted))
-    entity_id, seq_base, id_base = frag.entity_id, frag.seq_base, frag.entity_id << COUNTER_BITS
     rows: list[tuple[Any, ...]] = []
-    bodies: list[tuple[int, bytes]] = []
-    seqs: list[int | None] = []
-    added = 0
-    for env in accepted:
-        ttl, scheduled, size = env.get("ttl"), env.get("scheduled"), int(env["size"])
-        if default_ttl is not None:
-            ttl = default_ttl if ttl is None else min(ttl, default_ttl)
-        if scheduled is not None and scheduled > now:
-            message_state, expires_at = _SCHEDULED, None
-        else:
-            message_state, expires_at = _ACTIVE, (None if ttl is None else now + ttl)
-        row_id, seq = id_base | counter, seq_base | counter
-        counter += 1
-        rows.append((row_id, entity_id, seq, message_state, env.get("session_id"), scheduled, now, ttl, expires_at,
-                     size))
-        bodies.append((row_id, env["payload"]))
-        seqs.append(seq)
-        added += size
+    bodies: list[tuple[Any, ...]] = []
+    default_ttl = opts["default_message_time_to_live"]
+    if len(accepted) >= messages.RUN_MIN and _alike(accepted):
+        for start in range(0, len(accepted), messages.RUN_MAX):
+            _add_run(frag, accepted[start:start + messages.RUN_MAX], counter + start, now, default_ttl, rows, bodies)
+    else:
+        for offset, env in enumerate(accepted):
+            _add_message(frag, env, counter + offset, now, default_ttl, rows, bodies)
     state.queries.insert_messages(rows, bodies)
-    state.sizes.add(frag.key, added)
+    state.sizes.add(frag.key, sum(row[9] for row in rows))
+    seqs: list[int | None] = [frag.seq_base | (counter + offset) for offset in range(len(accepted))]
     if keep is None:
         return seqs
     stored = iter(seqs)
     return [next(stored) if new else None for new in keep]
+
+
+def _ttl(env: Mapping[str, Any], default_ttl: float | None) -> float | None:
+    """A message's time to live: its own, capped by the entity's default."""
+    ttl = env.get("ttl")
+    if default_ttl is not None:
+        ttl = default_ttl if ttl is None else min(ttl, default_ttl)
+    return ttl  # type: ignore[no-any-return]
+
+
+def _alike(envelopes: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether messages can share a run: no session, no schedule, one time to live, and each
+    size the length of its payload."""
+    ttl = envelopes[0].get("ttl")
+    return all(env.get("session_id") is None and env.get("scheduled") is None and env.get("ttl") == ttl
+               and env["size"] == len(env["payload"]) for env in envelopes)
+
+
+def _add_message(frag: Fragment, env: Mapping[str, Any], counter: int, now: float, default_ttl: float | None,
+                 rows: list[tuple[Any, ...]], bodies: list[tuple[Any, ...]]) -> None:
+    """The row and body of one message (scheduled if its time is still to come)."""
+    ttl, scheduled = _ttl(env, default_ttl), env.get("scheduled")
+    if scheduled is not None and scheduled > now:
+        message_state, expires_at = _SCHEDULED, None
+    else:
+        message_state, expires_at = _ACTIVE, (None if ttl is None else now + ttl)
+    row_id = (frag.entity_id << COUNTER_BITS) | counter
+    rows.append((row_id, frag.entity_id, frag.seq_base | counter, message_state, env.get("session_id"), scheduled,
+                 now, ttl, expires_at, int(env["size"]), 1, row_id))
+    bodies.append((row_id, 1, None, env["payload"]))
+
+
+def _add_run(frag: Fragment, envelopes: Sequence[Mapping[str, Any]], counter: int, now: float,
+             default_ttl: float | None, rows: list[tuple[Any, ...]], bodies: list[tuple[Any, ...]]) -> None:
+    """The row and body of a run of alike messages: one of each, whatever their number."""
+    ttl = _ttl(envelopes[0], default_ttl)
+    payloads = [env["payload"] for env in envelopes]
+    lengths = [len(payload) for payload in payloads]
+    row_id = (frag.entity_id << COUNTER_BITS) | counter
+    rows.append((row_id, frag.entity_id, frag.seq_base | counter, _ACTIVE, None, None, now, ttl,
+                 None if ttl is None else now + ttl, sum(lengths), len(envelopes), row_id))
+    bodies.append((row_id, len(envelopes), codec.packb(lengths), b"".join(payloads)))
 
 
 def _check_producer(state: PartitionState, producer: Any) -> tuple[str | None, int | None]:

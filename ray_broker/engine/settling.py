@@ -5,6 +5,7 @@ from typing import Any, Sequence
 
 from ..errors import InvalidOperationError, MessageLockLostError, ServiceBusError, SessionLockLostError
 from ..protocol import ACTIVE, MAIN, SETTLE_ACTIONS
+from . import messages
 from .queries import LockState
 from .state import Fragment, PartitionState
 
@@ -25,21 +26,25 @@ def settle(state: PartitionState, entity: str, subq: int, ops: Sequence[Sequence
             except SessionLockLostError as exc:
                 return [exc] * len(ops)
         seqs = [int(op[1]) for op in ops]
-        locks = {lock.seq: lock for lock in state.queries.lock_states([frag.row_id(seq) for seq in seqs])}
-        completed: list[int] = []
+        locks, whole = _rows_to_settle(state, frag, subq, ops, seqs, now, session)
+        completed: dict[int, LockState] = {}
         settled: list[tuple[bytes, str]] = []
-        freed = 0
         results: list[Any] = []
-        for op, seq in zip(ops, seqs):
+        for index, (op, seq) in enumerate(zip(ops, seqs)):
             action, token = op[0], op[2]
+            run = whole.get(index)
+            if run is not None:
+                completed[run.id] = run
+                results.append(None)
+                settled.append((token, action))
+                continue
             lock = locks.pop(seq, None)
             try:
-                if lock is None or not _held(lock, subq, token, now, session):
+                if lock is None or not _held(lock, 0, subq, token, now, session):
                     results.append(_without_lock(state, frag, action, seq, token, retry=lock is None))
                     continue
                 if action == "complete":
-                    completed.append(lock.id)
-                    freed += lock.size
+                    completed[lock.id] = lock
                     results.append(None)
                 else:
                     results.append(_apply(state, frag, op, lock, locks, now, session))
@@ -47,16 +52,56 @@ def settle(state: PartitionState, entity: str, subq: int, ops: Sequence[Sequence
                     settled.append((token, action))
             except ServiceBusError as exc:
                 results.append(exc)
-        state.queries.delete_messages(completed)
-        state.sizes.add(frag.key, -freed)
+        rows = list(completed.values())
+        state.queries.delete_messages([row.id for row in rows], [row.body for row in rows])
+        state.sizes.add(frag.key, -sum(row.size for row in rows))
         state.settled.extend(settled)
     return results
 
 
-def _held(lock: LockState, subq: int, token: bytes | None, now: float, session: tuple[str, bytes] | None) -> bool:
-    """Whether `token` holds the lock on a message of sub-queue `subq` (a session's lock covers its
-    messages, so their own expiry does not count)."""
-    return (lock.lock_token == token and token is not None and lock.subq == subq
+def _rows_to_settle(state: PartitionState, frag: Fragment, subq: int, ops: Sequence[Sequence[Any]],
+                    seqs: list[int], now: float,
+                    session: tuple[str, bytes] | None) -> tuple[dict[int, LockState], dict[int, LockState]]:
+    """The rows the settlements act on: `(locks, whole)`.
+
+    `locks` holds, by sequence number, the messages stored as rows of their own; `whole`, by the
+    index of the op, the held completes of runs whose every message is completed here, which are
+    deleted as they are. Any other run that a held lock settles something in is first cut so
+    that each such message is a row of its own.
+    """
+    located = messages.locate(state.queries, frag.entity_id, [frag.row_id(seq) for seq in seqs], seqs)
+    locks: dict[int, LockState] = {}
+    runs: dict[int, LockState] = {}
+    held: dict[int, dict[int, list[tuple[int, str]]]] = {}
+    for index, (op, seq) in enumerate(zip(ops, seqs)):
+        found = located.get(seq)
+        if found is None:
+            continue
+        row, offset = found
+        if row.span == 1:
+            locks[seq] = row
+        elif _held(row, offset, subq, op[2], now, session):
+            runs[row.id] = row
+            held.setdefault(row.id, {}).setdefault(offset, []).append((index, op[0]))
+    whole: dict[int, LockState] = {}
+    for run_id, by_offset in held.items():
+        run = runs[run_id]
+        if len(by_offset) == run.span and all(action == "complete" for ops_at in by_offset.values()
+                                              for _, action in ops_at):
+            whole.update((index, run) for ops_at in by_offset.values() for index, _ in ops_at)
+            continue
+        cuts = sorted({c for offset in by_offset for c in (offset, offset + 1) if 0 < c < run.span})
+        for piece in messages.cut(state.queries, run, cuts):
+            if piece.id - run.id in by_offset:
+                locks[piece.seq] = piece
+    return locks, whole
+
+
+def _held(lock: LockState, offset: int, subq: int, token: bytes | None, now: float,
+          session: tuple[str, bytes] | None) -> bool:
+    """Whether `token` holds the lock on the message at `offset` in a row of sub-queue `subq` (a
+    session's lock covers its messages, so their own expiry does not count)."""
+    return (token is not None and messages.message_token(lock, offset) == token and lock.subq == subq
             and (session is not None or (lock.locked_until or 0) > now))
 
 

@@ -314,7 +314,8 @@ class PartitionState:
         return bool(self.available_rows(frag, subq, now, 1, session_id))
 
     def screen(self, frag: Fragment, rows: list[MessageRow], now: float) -> list[MessageRow]:
-        """Expire and dead-letter what may no longer be delivered; return the rest."""
+        """Expire and dead-letter what may no longer be delivered (a run as a whole: its messages
+        share their expiry and delivery count); return the rest."""
         max_delivery_count = frag.options["max_delivery_count"]
         usable = []
         for row in rows:
@@ -328,34 +329,11 @@ class PartitionState:
         return usable
 
     def expire(self, frag: Fragment, row: MessageRow) -> None:
-        """A message's time to live ran out: dead-letter it or delete it, as the entity says."""
+        """The time to live of a row's messages ran out: dead-letter them or delete them, as the
+        entity says."""
         if frag.options["dead_lettering_on_message_expiration"]:
             self.queries.dead_letter(row.id, "TTLExpiredException", "The message expired and was dead lettered.")
         else:
-            self.queries.delete_messages([row.id])
+            self.queries.delete_messages([row.id], [row.body])
             self.sizes.add(frag.key, -row.size)
 
-
-def message_record(row: MessageRow, delivery_count: int, lock_token: bytes | None = None,
-                   locked_until: float | None = None) -> dict[str, Any]:
-    """The dict a receiver turns into a `ReceivedMessage` (with the lock, when one is given)."""
-    rec: dict[str, Any] = {
-        "payload": row.payload,
-        "sequence_number": row.seq,
-        "enqueued_sequence_number": row.enqueued_seq or row.seq,
-        "enqueued_time": row.enqueued_at,
-        "expires_at": row.expires_at,
-        "delivery_count": delivery_count,
-        "state": row.state,
-    }
-    if row.visible_at is not None:
-        rec["scheduled_enqueue_time"] = row.visible_at
-    if row.dl_reason is not None or row.dl_description is not None:
-        rec["dead_letter_reason"] = row.dl_reason
-        rec["dead_letter_error_description"] = row.dl_description
-    if row.dl_source is not None:
-        rec["dead_letter_source"] = row.dl_source
-    if lock_token is not None:
-        rec["lock_token"] = lock_token
-        rec["locked_until"] = locked_until
-    return rec

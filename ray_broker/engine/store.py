@@ -139,10 +139,27 @@ CREATE TABLE producers (
 CREATE INDEX producers_idle ON producers (last_used);
 """
 
+_RUNS_V4 = """
+ALTER TABLE messages ADD COLUMN span INTEGER NOT NULL DEFAULT 1;
+ALTER TABLE messages ADD COLUMN body INTEGER NOT NULL DEFAULT 0;
+UPDATE messages SET body = id;
+CREATE INDEX messages_runs ON messages (eid) WHERE span > 1;
+CREATE TABLE bodies_v4 (
+    id INTEGER PRIMARY KEY,
+    span INTEGER NOT NULL DEFAULT 1,
+    lengths BLOB,
+    payload BLOB NOT NULL
+);
+INSERT INTO bodies_v4 (id, payload) SELECT id, payload FROM bodies;
+DROP TABLE bodies;
+ALTER TABLE bodies_v4 RENAME TO bodies;
+"""
+
 MIGRATIONS: tuple[str, ...] = (
     _SCHEMA_V1,  # 0 -> 1: the first release's tables (stores it wrote have them already, unversioned)
     _MESSAGE_ROWS_V2,  # 1 -> 2: entities numbered; messages keyed by (entity number, counter); bodies apart
     _PRODUCERS_V3,  # 2 -> 3: the recent batches of idempotent producers
+    _RUNS_V4,  # 3 -> 4: runs (one row and one body for consecutive messages of a batch)
 )
 """`MIGRATIONS[v]` is the SQL script that brings a store at version v to version v + 1."""
 
