@@ -98,10 +98,19 @@ class PartitionActor:
         return result
 
     async def run_batch(self, calls: list[tuple[str, tuple[Any, ...]]]) -> list[Any]:
-        """Invoke several engine operations in one call, in order; results in the same order."""
-        results = []
-        for operation, args in calls:
-            results.append(await self.run(operation, *args))
+        """Invoke several engine operations in one call and one store commit, in order; results in
+        the same order. An operation that raises ends the batch: those before it stay applied."""
+        results: list[Any] = []
+        failure: Exception | None = None
+        with self.engine.unit_of_work():
+            for operation, args in calls:
+                try:
+                    results.append(await self.run(operation, *args))
+                except Exception as exc:  # noqa: BLE001 - re-raised once the operations before it are committed
+                    failure = exc
+                    break
+        if failure is not None:
+            raise failure
         return results
 
     async def wait_available(self, entity: str, subq: int, session_id: str | None = None,

@@ -7,6 +7,7 @@ from typing import Any, Callable, Iterator
 import pytest
 
 from ray_broker.clock import ManualClock
+from ray_broker.engine import messages
 from ray_broker.engine.partition import MAIN, PEEK_LOCK, PartitionEngine
 from ray_broker.engine.store import Store
 from ray_broker.entities import normalize_queue_options
@@ -69,8 +70,19 @@ def clock() -> ManualClock:
     return ManualClock(1_700_000_000.0)
 
 
+@pytest.fixture(params=["rows", "runs"])
+def layout(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """How engines store batches: as they do ("rows": runs from `RUN_MIN` messages on), or with a
+    run for every batch of two messages or more ("runs"), so that every engine test covers both."""
+    if request.param == "runs":
+        if request.node.get_closest_marker("rows_only"):
+            pytest.skip("reads or writes message rows itself")
+        monkeypatch.setattr(messages, "RUN_MIN", 2)
+    return str(request.param)
+
+
 @pytest.fixture
-def make_broker(clock: ManualClock) -> Iterator[Callable[..., Broker]]:
+def make_broker(clock: ManualClock, layout: str) -> Iterator[Callable[..., Broker]]:
     """Build engines on the shared clock: in memory, or over a file store when `path` is given."""
     stores: list[Store] = []
 

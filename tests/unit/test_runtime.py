@@ -154,6 +154,7 @@ def test_has_available_tracks_what_a_receive_could_get(broker: Broker) -> None:
     assert broker.engine.has_available("sq", MAIN, session_id="s1") is True
 
 
+@pytest.mark.rows_only
 def test_integrity_check_reports_broken_invariants(broker: Broker) -> None:
     broker.create_queue("q")
     broker.send("q", "a", "b")

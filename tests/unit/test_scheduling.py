@@ -9,6 +9,7 @@ import pytest
 from ray_broker import Message
 from ray_broker.errors import MessageNotFoundError
 from ray_broker.message import MessageState
+from ray_broker.routing import home_partition
 
 from .conftest import Broker
 
@@ -141,3 +142,20 @@ def test_peek_starts_from_a_sequence_number_and_does_not_lock(broker: Broker) ->
     assert broker.bodies(broker.peek("q", 4)) == [b"d"]
     assert broker.peek("q", 5) == []
     assert len(broker.receive("q")) == 4
+
+
+def test_housekeeping_works_beside_entities_homed_on_other_partitions(make_broker: Callable[..., Broker]) -> None:
+    names = [f"q{i}" for i in range(20)]
+    here = next(n for n in names if home_partition(n, 2) == 0)
+    elsewhere = next(n for n in names if home_partition(n, 2) == 1)
+    broker = make_broker(index=0, partition_count=2)
+    broker.create_queue(here, default_message_time_to_live=10)
+    broker.create_queue(elsewhere)
+    broker.engine.send(here, [scheduled_envelope("later", broker.clock.now() + 5)])
+    broker.send(here, "expiring")
+    broker.clock.advance(6)
+    assert broker.engine.housekeeping() is True
+    broker.clock.advance(10)
+    assert broker.engine.housekeeping() is True
+    assert broker.engine.runtime(here) == {"active": 0, "dead_letter": 0, "scheduled": 0, "transfer": 0,
+                                           "transfer_dead_letter": 0, "size": 0}

@@ -1,0 +1,123 @@
+"""Idempotent sends: a retried batch of a producer is recognized and not stored twice."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from ray_broker import Message
+from ray_broker.engine.scheduling import PRODUCER_IDLE_S
+from ray_broker.engine.sending import PRODUCER_BATCH_HISTORY
+from ray_broker.errors import InvalidArgumentError, QuotaExceededError
+
+from .conftest import Broker
+
+
+def envelopes(*bodies: str, **fields: Any) -> list[dict[str, Any]]:
+    """Envelopes of messages with these bodies (and fields)."""
+    return [Message(body, **fields).to_envelope() for body in bodies]
+
+
+def stored(broker: Broker, entity: str = "q") -> int:
+    """How many messages an entity holds here."""
+    return int(broker.engine.runtime(entity)["active"])
+
+
+def test_a_retried_batch_returns_its_first_reply_and_stores_nothing(broker: Broker) -> None:
+    broker.create_queue("q")
+    first = broker.engine.send("q", envelopes("a", "b"), producer=("p1", 7))
+    assert first == [1, 2]
+    assert broker.engine.send("q", envelopes("a", "b"), producer=("p1", 7)) == [1, 2]
+    assert stored(broker) == 2
+    assert broker.send("q", "c") == [3]
+    assert broker.engine.integrity_check() == {"ok": True, "problems": []}
+
+
+def test_the_first_reply_keeps_the_duplicates_it_dropped(broker: Broker) -> None:
+    broker.create_queue("q", requires_duplicate_detection=True)
+    broker.engine.send("q", envelopes("x", message_id="m1"))
+    batch = envelopes("y", message_id="m1") + envelopes("z", message_id="m2")
+    assert broker.engine.send("q", batch, producer=("p1", 1)) == [None, 2]
+    assert broker.engine.send("q", batch, producer=("p1", 1)) == [None, 2]
+    assert stored(broker) == 2
+
+
+def test_other_batch_numbers_are_stored(broker: Broker) -> None:
+    broker.create_queue("q")
+    assert broker.engine.send("q", envelopes("a"), producer=("p1", 1)) == [1]
+    assert broker.engine.send("q", envelopes("a"), producer=("p1", 2)) == [2]
+    assert broker.engine.send("q", envelopes("a"), producer=("p1", 0)) == [3]
+    assert stored(broker) == 3
+
+
+def test_entities_and_producers_are_independent(broker: Broker) -> None:
+    broker.create_queue("q")
+    broker.create_queue("other")
+    assert broker.engine.send("q", envelopes("a"), producer=("p1", 1)) == [1]
+    assert broker.engine.send("other", envelopes("a"), producer=("p1", 1)) == [1]
+    assert broker.engine.send("q", envelopes("a"), producer=("p2", 1)) == [2]
+    assert broker.engine.send("q", envelopes("a")) == [3]
+    assert (stored(broker, "q"), stored(broker, "other")) == (3, 1)
+
+
+def test_a_restarted_partition_still_recognizes_the_batch(make_broker: Callable[..., Broker],
+                                                          tmp_path: Path) -> None:
+    path = tmp_path / "partition-0.sqlite"
+    first = make_broker(path=path)
+    first.create_queue("q")
+    assert first.engine.send("q", envelopes("a", "b"), producer=("p1", 3)) == [1, 2]
+    first.engine.store.close()
+    second = make_broker(path=path)
+    assert second.engine.send("q", envelopes("a", "b"), producer=("p1", 3)) == [1, 2]
+    assert stored(second) == 2
+
+
+def test_a_producer_idle_for_over_an_hour_is_forgotten(broker: Broker) -> None:
+    broker.create_queue("q")
+    broker.engine.send("q", envelopes("a"), producer=("idle", 1))
+    broker.engine.send("q", envelopes("a"), producer=("busy", 1))
+    broker.clock.advance(PRODUCER_IDLE_S / 2)
+    broker.engine.send("q", envelopes("a"), producer=("busy", 2))
+    broker.clock.advance(PRODUCER_IDLE_S / 2)
+    broker.engine.housekeeping()
+    assert broker.engine.send("q", envelopes("a"), producer=("idle", 1)) == [1]
+    broker.clock.advance(1)
+    broker.engine.housekeeping()
+    assert broker.engine.send("q", envelopes("a"), producer=("idle", 1)) == [4]
+    assert broker.engine.send("q", envelopes("a"), producer=("busy", 1)) == [2]
+
+
+def test_only_the_latest_batches_are_remembered(broker: Broker) -> None:
+    broker.create_queue("q")
+    for number in range(PRODUCER_BATCH_HISTORY + 1):
+        broker.engine.send("q", envelopes("a"), producer=("p1", number))
+    assert broker.engine.send("q", envelopes("a"), producer=("p1", 1)) == [2]
+    assert broker.engine.send("q", envelopes("a"), producer=("p1", PRODUCER_BATCH_HISTORY)) == [
+        PRODUCER_BATCH_HISTORY + 1]
+    assert broker.engine.send("q", envelopes("a"), producer=("p1", 0)) == [PRODUCER_BATCH_HISTORY + 2]
+
+
+def test_a_failed_send_is_not_remembered(broker: Broker) -> None:
+    broker.create_queue("q", max_size_in_megabytes=1)
+    big = [{"payload": b"x", "size": 2 * 1024 * 1024}]
+    with pytest.raises(QuotaExceededError):
+        broker.engine.send("q", big, producer=("p1", 1))
+    assert broker.engine.send("q", envelopes("a"), producer=("p1", 1)) == [1]
+
+
+@pytest.mark.parametrize("producer", [("p1",), ("p1", "1"), (1, 1), ("p1", True), "p1"])
+def test_a_malformed_producer_is_refused(broker: Broker, producer: Any) -> None:
+    broker.create_queue("q")
+    with pytest.raises(InvalidArgumentError, match="producer must be"):
+        broker.engine.send("q", envelopes("a"), producer=producer)
+    assert stored(broker) == 0
+
+
+def test_a_deleted_entity_forgets_its_producers(broker: Broker) -> None:
+    broker.create_queue("q")
+    broker.engine.send("q", envelopes("a"), producer=("p1", 1))
+    broker.engine.delete_entity("q")
+    broker.create_queue("q")
+    assert broker.engine.send("q", envelopes("a"), producer=("p1", 1)) == [1]
+    assert stored(broker) == 1
