@@ -1,6 +1,8 @@
 """Senders: `send_messages`, batches, and scheduled messages."""
 from __future__ import annotations
 
+import itertools
+import uuid
 from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -20,6 +22,8 @@ class Sender:
     def __init__(self, link: GatewayLink | DirectLink, sku: Sku, entity: str) -> None:
         self._link = link
         self._sku = sku
+        self._producer = uuid.uuid4().hex
+        self._batches = itertools.count()
         self.entity_name = entity
         self._closed = False
 
@@ -33,6 +37,11 @@ class Sender:
         """Close the sender (it holds no broker resources)."""
         self._closed = True
 
+    def _tag(self) -> tuple[str, int]:
+        """The next batch's producer tag: every retry of one call repeats it, and a partition that
+        already stored the batch answers with the first reply instead of storing it again."""
+        return self._producer, next(self._batches)
+
     def _check_open(self) -> None:
         if self._closed:
             raise InvalidOperationError(f"the sender for {self.entity_name!r} is closed; create a new one")
@@ -45,7 +54,7 @@ class Sender:
         envelopes = envelopes_for_send(self._sku, message)
         if envelopes:
             wait = wait_seconds(timeout, DEFAULT_TIMEOUT_S)
-            self._link.call("send", self.entity_name, envelopes, wait, timeout=wait)
+            self._link.call("send", self.entity_name, envelopes, wait, self._tag(), timeout=wait)
 
     def create_message_batch(self, max_size_in_bytes: int | None = None) -> MessageBatch:
         """An empty batch, bounded by the tier's batch size (or a smaller `max_size_in_bytes`)."""
@@ -60,7 +69,7 @@ class Sender:
         if not envelopes:
             return []
         wait = wait_seconds(timeout, DEFAULT_TIMEOUT_S)
-        seqs = self._link.call("send", self.entity_name, envelopes, wait, timeout=wait)
+        seqs = self._link.call("send", self.entity_name, envelopes, wait, self._tag(), timeout=wait)
         return [int(s) for s in seqs if s is not None]
 
     def cancel_scheduled_messages(self, sequence_numbers: int | list[int], *,

@@ -81,6 +81,12 @@ def plan_send(definition: Definition, envelopes: Sequence[Mapping[str, Any]],
     return keyed, unkeyed
 
 
+def spread_start(producer: tuple[str, int], partition_count: int) -> int:
+    """Where an unkeyed batch tagged `producer` (sender id, batch number) goes first: the same
+    partition for every retry of that batch, different ones for successive batches."""
+    return partition_for_key(f"{producer[0]}:{producer[1]}", partition_count)
+
+
 def group_by_sequence(definition: Definition, sequence_numbers: Iterable[int], partition_count: int,
                       session_partition_index: int | None = None) -> dict[int, list[int]]:
     """Positions of `sequence_numbers` grouped by the partition holding each (a session's own

@@ -165,8 +165,15 @@ class Router:
 
     # ------------------------------------------------------------------ sending
 
-    async def send(self, entity: str, envelopes: list[dict[str, Any]], timeout: float) -> list[int | None]:
-        """Route and store messages; returns sequence numbers in order (None for dropped duplicates)."""
+    async def send(self, entity: str, envelopes: list[dict[str, Any]], timeout: float,
+                   producer: tuple[str, int] | None = None) -> list[int | None]:
+        """Route and store messages; returns sequence numbers in order (None for dropped duplicates).
+
+        `producer` tags the batch (the sender's id and its batch number): every partition it
+        reaches stores the tag with the messages and answers a repeat of it (a retry after a lost
+        reply) with the original sequence numbers, storing nothing twice. An unkeyed batch with
+        a tag starts at the partition the tag hashes to, so a retry goes where the batch went.
+        """
         deadline = self.clock() + timeout
         definition = await self.definition(entity)
         planner.check_send(definition, envelopes, self.sku.max_message_bytes, self.sku.name)
@@ -174,13 +181,15 @@ class Router:
         result: list[int | None] = [None] * len(envelopes)
 
         async def to_partition(k: int, indexes: list[int]) -> None:
-            seqs = await self.keyed(k, "send", entity, [envelopes[i] for i in indexes], deadline=deadline,
+            seqs = await self.keyed(k, "send", entity, [envelopes[i] for i in indexes], producer, deadline=deadline,
                                     entity=entity)
             self._place(result, indexes, seqs, definition, k)
 
         jobs: list[Awaitable[None]] = [to_partition(k, idx) for k, idx in keyed.items()]
         if unkeyed:
-            jobs.append(self._send_spread(definition, [envelopes[i] for i in unkeyed], unkeyed, result, deadline))
+            start = next(self._spread) if producer is None else planner.spread_start(producer, self.count)
+            jobs.append(self._send_spread(definition, [envelopes[i] for i in unkeyed], unkeyed, result, deadline,
+                                          start % self.count, producer))
         await asyncio.gather(*jobs)
         return result
 
@@ -191,9 +200,10 @@ class Router:
         self._hint(definition, MAIN, None, k, True)
 
     async def _send_spread(self, definition: dict[str, Any], batch: list[dict[str, Any]], indexes: list[int],
-                           result: list[int | None], deadline: float) -> None:
-        """Send an unkeyed batch to one partition, moving to another when one is unavailable."""
-        start = next(self._spread) % self.count
+                           result: list[int | None], deadline: float, start: int,
+                           producer: tuple[str, int] | None) -> None:
+        """Send an unkeyed batch to one partition (from `start` on), moving to another when one is
+        unavailable."""
         name = definition["name"]
         while True:
             order = self.health.order([(start + j) % self.count for j in range(self.count)], self.clock())
@@ -202,7 +212,7 @@ class Router:
                 if remaining <= 0:
                     break
                 try:
-                    seqs = await self.call_one(k, "send", name, batch, timeout=remaining)
+                    seqs = await self.call_one(k, "send", name, batch, producer, timeout=remaining)
                 except PartitionUnavailable:
                     continue
                 self._place(result, indexes, seqs, definition, k)

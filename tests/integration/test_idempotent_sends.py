@@ -1,0 +1,40 @@
+"""Sends are idempotent across retries: a batch sent again with its producer tag (a retry after a
+lost reply, through a restarted gateway or to a restarted partition) is stored once."""
+from __future__ import annotations
+
+import ray_broker as rb
+from ray_broker.client.core import envelopes_for_send
+
+from .helpers import kill_partition, wait_partition_back
+from .paths import namespace  # noqa: F401 - every test here runs on both client paths
+
+
+def test_a_repeated_batch_is_answered_with_its_first_sequence_numbers(namespace: rb.Namespace,
+                                                                       queue_name: str) -> None:
+    namespace.create_queue(queue_name, enable_partitioning=True)
+    keyed = [rb.Message(f"k{i}", partition_key=f"key-{i % 5}") for i in range(20)]
+    unkeyed = [rb.Message(f"u{i}") for i in range(20)]
+    envelopes = envelopes_for_send(namespace.sku, keyed + unkeyed)
+    tag = ("producer-under-test", 7)
+    first = namespace._link.call("send", queue_name, envelopes, 30.0, tag, timeout=30.0)
+    again = namespace._link.call("send", queue_name, envelopes, 30.0, tag, timeout=30.0)
+    assert again == first and len(set(first)) == 40
+    assert len({rb.partition_of(s) for s in first[20:]}) == 1, "the unkeyed part went to one partition"
+    assert namespace.get_queue_runtime_properties(queue_name).active_message_count == 40
+    other = namespace._link.call("send", queue_name, envelopes, 30.0, ("producer-under-test", 8), timeout=30.0)
+    assert not set(other) & set(first)
+    assert namespace.get_queue_runtime_properties(queue_name).active_message_count == 80
+    namespace.delete_queue(queue_name)
+
+
+def test_a_restarted_partition_still_recognizes_the_batch(namespace: rb.Namespace, queue_name: str) -> None:
+    namespace.create_queue(queue_name, enable_partitioning=True)
+    envelopes = envelopes_for_send(namespace.sku, [rb.Message(f"m{i}", partition_key="same") for i in range(10)])
+    tag = ("restart-producer", 1)
+    first = namespace._link.call("send", queue_name, envelopes, 30.0, tag, timeout=30.0)
+    index = rb.partition_of(first[0])
+    old = kill_partition(namespace, index)
+    wait_partition_back(namespace, index, old)
+    assert namespace._link.call("send", queue_name, envelopes, 60.0, tag, timeout=60.0) == first
+    assert namespace.get_queue_runtime_properties(queue_name).active_message_count == 10
+    namespace.delete_queue(queue_name)
