@@ -87,6 +87,12 @@ def spread_start(producer: tuple[str, int], partition_count: int) -> int:
     return partition_for_key(f"{producer[0]}:{producer[1]}", partition_count)
 
 
+def unkeyed_tag(producer: tuple[str, int] | None) -> tuple[str, int] | None:
+    """The tag of a send's unkeyed part: its own, since it may land on a partition that one of the
+    send's keyed parts goes to, and each part must be recognized apart."""
+    return None if producer is None else (producer[0] + "/unkeyed", producer[1])
+
+
 def group_by_sequence(definition: Definition, sequence_numbers: Iterable[int], partition_count: int,
                       session_partition_index: int | None = None) -> dict[int, list[int]]:
     """Positions of `sequence_numbers` grouped by the partition holding each (a session's own

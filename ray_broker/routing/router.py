@@ -189,7 +189,7 @@ class Router:
         if unkeyed:
             start = next(self._spread) if producer is None else planner.spread_start(producer, self.count)
             jobs.append(self._send_spread(definition, [envelopes[i] for i in unkeyed], unkeyed, result, deadline,
-                                          start % self.count, producer))
+                                          start % self.count, planner.unkeyed_tag(producer)))
         await asyncio.gather(*jobs)
         return result
 

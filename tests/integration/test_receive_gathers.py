@@ -1,9 +1,29 @@
 """A receive returns what is there across partitions, in one call, on the direct and the relay path."""
 from __future__ import annotations
 
+import threading
+import time
+from typing import Callable
+
 import pytest
 
 import ray_broker as rb
+
+
+def send(namespace: rb.Namespace, queue: str, messages: list[rb.Message]) -> None:
+    with namespace.get_queue_sender(queue) as sender:
+        sender.send_messages(messages)
+
+
+def receive_one_while(receiver: rb.Receiver, act: Callable[[], None]) -> list[rb.ReceivedMessage]:
+    """Start a receive of one message, let it wait a second, `act`, and return what it got."""
+    got: list[rb.ReceivedMessage] = []
+    thread = threading.Thread(target=lambda: got.extend(receiver.receive_messages(1, max_wait_time=20)))
+    thread.start()
+    time.sleep(1.0)
+    act()
+    thread.join(timeout=20)
+    return got
 
 
 @pytest.mark.parametrize("relay", [False, True], ids=["direct", "relay"])
@@ -28,18 +48,9 @@ def test_a_receive_of_n_gathers_from_every_partition(namespace: rb.Namespace, qu
 def test_waits_under_way_end_when_the_receiver_closes(namespace: rb.Namespace, queue_name: str) -> None:
     """A receiver woken by one partition still waits on the others; closing it ends those waits at
     once and releases whatever they locked, so nothing is held and no delivery is counted."""
-    import threading
-    import time
-
     namespace.create_queue(queue_name, enable_partitioning=True)
     waiting = namespace.get_queue_receiver(queue_name, max_wait_time=20)
-    got: list[rb.ReceivedMessage] = []
-    thread = threading.Thread(target=lambda: got.extend(waiting.receive_messages(1, max_wait_time=20)))
-    thread.start()
-    time.sleep(1.0)
-    with namespace.get_queue_sender(queue_name) as sender:
-        sender.send_messages(rb.Message("first", partition_key="a"))
-    thread.join(timeout=20)
+    got = receive_one_while(waiting, lambda: send(namespace, queue_name, [rb.Message("first", partition_key="a")]))
     assert [m.body for m in got] == [b"first"]
     began = time.monotonic()
     waiting.complete_message(got[0])
@@ -60,18 +71,9 @@ def test_waits_under_way_end_when_the_receiver_closes(namespace: rb.Namespace, q
 
 def test_a_single_host_wait_brings_a_batch_and_close_releases_the_rest(namespace: rb.Namespace,
                                                                         queue_name: str) -> None:
-    import threading
-    import time
-
     namespace.create_queue(queue_name)
     waiting = namespace.get_queue_receiver(queue_name, max_wait_time=20)
-    got: list[rb.ReceivedMessage] = []
-    thread = threading.Thread(target=lambda: got.extend(waiting.receive_messages(1, max_wait_time=20)))
-    thread.start()
-    time.sleep(1.0)
-    with namespace.get_queue_sender(queue_name) as sender:
-        sender.send_messages([rb.Message(f"m{i}") for i in range(3)])
-    thread.join(timeout=20)
+    got = receive_one_while(waiting, lambda: send(namespace, queue_name, [rb.Message(f"m{i}") for i in range(3)]))
     assert len(got) == 1
     waiting.complete_message(got[0])
     waiting.close()

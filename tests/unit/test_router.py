@@ -138,3 +138,13 @@ async def test_closing_releases_prefetched_messages_without_counting_a_delivery(
     assert setup.router._hints[("q", MAIN, None)][2] is True, "released messages make their partition ready"
     again = await setup.router.receive("r2", "q", MAIN, PEEK_LOCK, None, 10, 1.0, 0, [])
     assert sorted(r["delivery_count"] for r in again["messages"]) == [1, 1, 1, 1]
+
+
+async def test_keyed_and_unkeyed_parts_of_one_tagged_send_on_one_partition_are_both_stored() -> None:
+    setup = Setup(partitions=1)
+    setup.create()
+    batch = envelopes(Message("keyed", partition_key="k"), Message("free"), Message("keyed too", partition_key="k"))
+    seqs = await setup.router.send("q", batch, 5.0, ("producer", 1))
+    assert len(set(seqs)) == 3 and setup.counts() == [3]
+    assert await setup.router.send("q", batch, 5.0, ("producer", 1)) == seqs, "a retry is answered, not stored"
+    assert setup.counts() == [3]
