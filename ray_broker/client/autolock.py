@@ -5,7 +5,6 @@ import threading
 from datetime import timedelta
 from types import TracebackType
 
-from ..errors import InvalidOperationError
 from .receiver import Receiver
 from .receiving import Renewable
 from .renewal import DEFAULT_MAX_RENEWAL_S, FailureCallback, Registration
@@ -45,8 +44,7 @@ class AutoLockRenewer(RenewerBase):
         self._thread: threading.Thread | None = None
 
     def __enter__(self) -> AutoLockRenewer:
-        if self._closed:
-            raise InvalidOperationError("this AutoLockRenewer is closed; create a new one")
+        self._check_not_closed()
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:

@@ -5,7 +5,8 @@ become. Shared by the sync and async namespaces; imports no Ray.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from datetime import timedelta
+from typing import Any, Mapping, TypedDict
 
 from ..entities import (
     FIXED_QUEUE_PROPERTIES,
@@ -20,6 +21,24 @@ from .flow import Flow, request
 
 MANAGEMENT_TIMEOUT_S = 60.0
 """How long a management call waits."""
+
+
+class QueueOptions(TypedDict, total=False):
+    """The keywords of `create_queue`; a missing one takes its default (`entities.QUEUE_DEFAULTS`)."""
+
+    enable_partitioning: bool
+    requires_session: bool
+    requires_duplicate_detection: bool
+    duplicate_detection_history_time_window: timedelta
+    lock_duration: timedelta
+    max_delivery_count: int
+    default_message_time_to_live: timedelta | None
+    dead_lettering_on_message_expiration: bool
+    forward_to: str | None
+    forward_dead_lettered_messages_to: str | None
+    max_size_in_megabytes: int
+    status: str
+    user_metadata: str | None
 
 
 def queue_definition(name: str) -> Flow[dict[str, Any]]:

@@ -9,7 +9,6 @@ from types import TracebackType
 from typing import Any, Iterator, TypeVar
 
 from ..clock import to_datetime
-from ..errors import InvalidOperationError
 from ..message import ReceivedMessage
 from .core import FLUSH_DELAY_S, Flush
 from .flow import Flow, Link, run
@@ -172,9 +171,7 @@ class Receiver(ReceiverBase):
 
     def complete_message(self, message: ReceivedMessage, *, transaction: Any = None) -> None:
         """Remove the message from the entity."""
-        if transaction is not None:
-            raise InvalidOperationError("transactions are not available in this version; complete without transaction=")
-        self._after_settle(self._settle(message, "complete"))
+        self._after_settle(self._settle(message, "complete", transaction=transaction))
 
     def abandon_message(self, message: ReceivedMessage) -> None:
         """Release the lock at once; the message can be received again (its delivery counted)."""

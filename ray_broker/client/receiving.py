@@ -194,8 +194,11 @@ class ReceiverBase:
 
     # ------------------------------------------------------------------ settling
 
-    def _settle(self, message: Any, action: str, reason: Any = None, description: Any = None) -> Flush:
+    def _settle(self, message: Any, action: str, reason: Any = None, description: Any = None,
+                transaction: Any = None) -> Flush:
         """Check a settlement here and buffer it; says when the buffer is to be sent (no I/O)."""
+        if transaction is not None:
+            raise InvalidOperationError(f"transactions are not available in this version; {action} without transaction=")
         self._settlements.raise_deferred()
         now = time.time()
         session_until = None if self._session is None else self._session.locked_until

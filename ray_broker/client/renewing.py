@@ -88,11 +88,18 @@ class RenewerBase:
         """Record a failed renewal; True when it is to be reported."""
         return self._book.failed(registration) is Ending.FAILED
 
-    def _report(self, registration: Registration[Renewable], error: Exception) -> None:
+    def _report(self, registration: Registration[Renewable], error: Exception) -> Any:
+        """Tell the registration's failure callback; returns what it returned (an async callback's
+        awaitable)."""
         _log.debug("renewing the lock of %r failed: %r", registration.renewable, error)
         if registration.on_failure is None:
-            return
+            return None
         try:
-            registration.on_failure(registration.renewable, error)
+            return registration.on_failure(registration.renewable, error)
         except Exception:  # noqa: BLE001 - a failing callback must not stop the renewal of other locks
-            _log.exception("on_lock_renew_failure raised for %r", registration.renewable)
+            self._callback_raised(registration)
+            return None
+
+    @staticmethod
+    def _callback_raised(registration: Registration[Renewable]) -> None:
+        _log.exception("on_lock_renew_failure raised for %r", registration.renewable)
