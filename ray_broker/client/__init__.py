@@ -1,1 +1,2 @@
-"""The synchronous client: namespace handles, senders and receivers."""
+"""The client: what a client does without I/O (core, flows, sending, receiving, management),
+shared with `ray_broker.aio`, and the synchronous facade over it (namespace, sender, receiver)."""

@@ -5,6 +5,7 @@ mapping of their results to errors. Sans-I/O: it imports no Ray.
 """
 from __future__ import annotations
 
+import enum
 import math
 import threading
 import time
@@ -21,6 +22,7 @@ from ..errors import (
     MessageAlreadySettled,
     MessageLockLostError,
     MessageSizeExceededError,
+    ServiceBusError,
     SessionLockLostError,
 )
 from ..message import Message, ReceivedMessage, schedule_time_epoch
@@ -185,12 +187,13 @@ def envelopes_for_send(sku: Sku, messages: Any, *, schedule_at: float | None = N
 
 
 def settlement_op(message: Any, action: str, receiver_key: str, closed: bool,
-                  reason: Any = None, description: Any = None, session_until: float | None = None) -> list[Any]:
+                  reason: Any = None, description: Any = None, session_until: float | None = None,
+                  now: float | None = None) -> list[Any]:
     """Check that `message` may be settled by this receiver now and build the request for it.
 
     The checks that decide the outcome run here, in the caller: a message settled before (or
     received in RECEIVE_AND_DELETE mode), another receiver's message, and an expired message or
-    session lock each raise at once.
+    session lock each raise at once. `now` is the current epoch time (read when None).
     """
     if closed:
         raise InvalidOperationError("the receiver is closed; settle messages before closing it")
@@ -203,10 +206,12 @@ def settlement_op(message: Any, action: str, receiver_key: str, closed: bool,
         raise InvalidOperationError(
             f"message {message.sequence_number} was received by another receiver; settle it with the receiver "
             "that received it (its lock token is not this receiver's)")
-    for name, value in (("reason", reason), ("error_description", description)):
-        if value is not None and not isinstance(value, str):
-            raise TypeError(f"{name} must be a str or None")
-    now = time.time()
+    if reason is not None and not isinstance(reason, str):
+        raise TypeError("reason must be a str or None")
+    if description is not None and not isinstance(description, str):
+        raise TypeError("error_description must be a str or None")
+    if now is None:
+        now = time.time()
     if session_until is not None and session_until <= now:
         raise SessionLockLostError(
             f"the session lock expired before message {message.sequence_number} was settled; accept the session again")
@@ -229,6 +234,21 @@ def apply_settlement(message: ReceivedMessage, action: str, result: Any) -> date
     return None
 
 
+class Flush(enum.Enum):
+    """When buffered settlements are to be sent, as `SettlementBuffer.add` decides."""
+
+    NONE = 0
+    """A flush is already scheduled (the buffer was not empty)."""
+    LATER = 1
+    """The buffer was empty: schedule a flush in FLUSH_DELAY_S."""
+    NOW = 2
+    """The buffer is full, or a lock in it is about to expire."""
+
+
+FLUSH_DELAY_S = 0.05
+"""How long a settlement waits for a receive call to carry it before it is sent on its own."""
+
+
 class SettlementBuffer:
     """Settlements accepted by a receiver that travel with its next call to the gateway.
 
@@ -246,14 +266,18 @@ class SettlementBuffer:
         self._errors: list[BaseException] = []
         self._oldest_deadline = math.inf
 
-    def add(self, message: ReceivedMessage, op: list[Any], lock_deadline: float) -> bool:
-        """Buffer a settlement; returns True when it should be sent now (lock about to expire, or full)."""
+    def add(self, message: ReceivedMessage, op: list[Any], lock_deadline: float, now: float) -> Flush:
+        """Buffer a settlement of a lock that expires at `lock_deadline` (epoch seconds, as `now`);
+        says when to send the buffer."""
         with self._lock:
-            self._ops.append(op)
+            ops = self._ops
+            ops.append(op)
             message._settled = True
-            self._oldest_deadline = min(self._oldest_deadline, lock_deadline)
-            return (len(self._ops) >= self.MAX_PENDING
-                    or self._oldest_deadline - time.time() <= self.URGENT_MARGIN_S)
+            if lock_deadline < self._oldest_deadline:
+                self._oldest_deadline = lock_deadline
+            if len(ops) >= self.MAX_PENDING or self._oldest_deadline - now <= self.URGENT_MARGIN_S:
+                return Flush.NOW
+            return Flush.LATER if len(ops) == 1 else Flush.NONE
 
     def drain(self) -> list[list[Any]]:
         """Take every buffered settlement."""
@@ -272,13 +296,23 @@ class SettlementBuffer:
             with self._lock:
                 self._errors.extend(errors)
 
-    def fail(self, error: BaseException) -> None:
-        """Keep an error that stopped buffered settlements from being sent."""
+    def fail(self, error: BaseException, count: int) -> None:
+        """Keep the error that stopped `count` buffered settlements from being sent (or confirmed).
+
+        An interruption that is not an `Exception` (a cancelled task, Ctrl-C) is kept as a
+        `ServiceBusError` saying that their outcome is unknown, and propagates as it is.
+        """
+        if not isinstance(error, Exception):
+            error = ServiceBusError(
+                f"{count} settlements were sent by a call that was interrupted ({type(error).__name__}); whether "
+                "the broker applied them is unknown: their messages may be delivered again")
         with self._lock:
             self._errors.append(error)
 
     def raise_deferred(self) -> None:
         """Raise the first error a buffered settlement met (once)."""
+        if not self._errors:
+            return
         with self._lock:
             if not self._errors:
                 return

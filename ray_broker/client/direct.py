@@ -3,14 +3,17 @@
 The gateway remains the routing authority: it hands out the routing table (each partition's
 actor handle and epoch) and recreates a partition Ray will not restart; this client reports such
 a partition and takes the new table. Everything else a client does (management) still goes to
-the gateway. The router runs on one background event loop per process, shared by every direct
-link in it, so the sync client drives the same async code the async client awaits.
+the gateway. A router's asyncio objects belong to one event loop, so a link keeps one router per
+loop it is used on: the sync client's calls run on one background loop per process, shared by
+every direct link in it; the async client's run on the caller's own loop.
 """
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import os
 import threading
+import weakref
 from typing import Any
 
 from ..config import NamespaceConfig
@@ -91,28 +94,57 @@ class DirectLink:
         self.config = config
         self.gateway = gateway
         self.handles = TableHandles(gateway)
-        self.router = Router(config.name, RayChannel(config.partition_count, self.handles), get_sku(config.sku))
+        self._routers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Router] = weakref.WeakKeyDictionary()
+
+    def router(self) -> Router:
+        """The router of the running event loop (made on its first call there)."""
+        loop = asyncio.get_running_loop()
+        router = self._routers.get(loop)
+        if router is None:
+            router = self._routers[loop] = Router(self.config.name, RayChannel(self.config.partition_count, self.handles),
+                                                  get_sku(self.config.sku))
+        return router
 
     async def call_async(self, operation: str, *args: Any, timeout: float) -> Any:
-        """Run an operation on this event loop: data operations through the router, the rest at the gateway."""
-        if operation in DATA_OPERATIONS:
-            await self.handles.load()
-            return await getattr(self.router, operation)(*args)
-        result = await self.gateway.call_async(operation, *args, timeout=timeout)
-        if operation in _ENTITY_CHANGES:
-            self.router.remember(result)
-        elif operation == "delete_entity":
-            self.router.forget(args[0])
-        return result
+        """Run an operation on the running loop, waiting up to `timeout` + grace: data operations
+        through the loop's router, the rest at the gateway."""
+        try:
+            return await asyncio.wait_for(self._serve(operation, args, timeout), timeout + CALL_GRACE_S)
+        except asyncio.TimeoutError:
+            raise self._timed_out(operation, timeout) from None
 
     def call(self, operation: str, *args: Any, timeout: float) -> Any:
         """Run an operation from synchronous code (on the router's loop), waiting up to `timeout` + grace."""
-        future = asyncio.run_coroutine_threadsafe(self.call_async(operation, *args, timeout=timeout),
-                                                  ROUTER_LOOP.loop())
+        future = asyncio.run_coroutine_threadsafe(self._serve(operation, args, timeout), ROUTER_LOOP.loop())
         try:
             return future.result(timeout + CALL_GRACE_S)
         except concurrent.futures.TimeoutError:
             future.cancel()
-            raise OperationTimeoutError(
-                f"{operation} on namespace {self.config.name!r} did not finish in {timeout + CALL_GRACE_S:g} s; "
-                "retry later") from None
+            raise self._timed_out(operation, timeout) from None
+
+    async def _serve(self, operation: str, args: tuple[Any, ...], timeout: float) -> Any:
+        if operation in DATA_OPERATIONS:
+            router = self.router()
+            await self.handles.load()
+            return await getattr(router, operation)(*args)
+        result = await self.gateway.call_async(operation, *args, timeout=timeout)
+        for router in list(self._routers.values()):
+            if operation in _ENTITY_CHANGES:
+                router.remember(result)
+            elif operation == "delete_entity":
+                router.forget(args[0])
+        return result
+
+    def _timed_out(self, operation: str, timeout: float) -> OperationTimeoutError:
+        return OperationTimeoutError(
+            f"{operation} on namespace {self.config.name!r} did not finish in {timeout + CALL_GRACE_S:g} s; "
+            "retry later")
+
+def open_link(config: NamespaceConfig, gateway_index: int | None = None, *, relay: bool = False) -> GatewayLink | DirectLink:
+    """A new handle's link: direct to partitions, or with `relay` every call through the gateway.
+
+    The gateway is `gateway_index`, by default one chosen by this process's id.
+    """
+    index = gateway_index if gateway_index is not None else os.getpid() % config.gateways
+    gateway = GatewayLink(config, index)
+    return gateway if relay else DirectLink(config, gateway)

@@ -6,22 +6,33 @@ head of this machine when one is running; else (for `start` only) a new embedded
 lives as long as this process. Joining never passes settings that only a new cluster takes, and
 an address where no cluster answers fails fast with `ClusterUnreachableError`.
 
+Each of `start`, `connect` and `stop` is a flow (see `flow.py`) of lifecycle steps: waits on Ray
+object refs, pauses, and calls that have no awaitable form (joining or starting Ray, creating and
+killing actors, removing stores). `run_blocking` runs a flow in the calling thread; `run_awaiting`
+runs it on the caller's event loop, awaiting refs and pauses and running those blocking calls in a
+worker thread.
+
 The only client module that imports `actors`.
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import shutil
 import socket
 import time
+from dataclasses import dataclass
+from typing import Any, Callable, Generator, TypeVar, Union
 
 import ray
+from ray.exceptions import GetTimeoutError
 
 from ..config import RAY_NAMESPACE, NamespaceConfig, check_namespace_name, load_config, plan_config, save_config
 from ..engine.store_lock import holder_of, refusal
 from ..errors import ClusterUnreachableError, NamespaceNotRunningError
 from ..sku import get_sku
+from .flow import drive, drive_async
 
 logger = logging.getLogger("ray_broker")
 
@@ -35,6 +46,72 @@ REACH_TIMEOUT_S = 10.0
 TEARDOWN_WAIT_S = 30.0
 """How long `stop` waits for killed partitions to let go of their stores before deleting them."""
 _RUNNING_CONFIG_TIMEOUT_S = 120.0
+STORE_POLL_S = 0.05
+"""How often `stop` looks whether killed partitions let go of their stores."""
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Wait:
+    """Wait up to `timeout` seconds for a Ray object ref (or every ref of a list); the step's reply
+    is its value (or their values)."""
+
+    refs: Any
+    timeout: float
+
+
+@dataclass(frozen=True)
+class Pause:
+    """Sleep for `seconds`."""
+
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Blocking:
+    """Call `function(*args)`: a call with no awaitable form, which an event loop runs in a worker thread."""
+
+    function: Callable[..., Any]
+    args: tuple[Any, ...] = ()
+
+
+Step = Union[Wait, Pause, Blocking]
+LifecycleFlow = Generator[Step, Any, T]
+"""A lifecycle operation: yields `Step`s, is sent their results, returns the operation's result."""
+
+
+def run_blocking(flow: LifecycleFlow[T]) -> T:
+    """Run a lifecycle flow in this thread."""
+    return drive(flow, _done)
+
+
+async def run_awaiting(flow: LifecycleFlow[T]) -> T:
+    """Run a lifecycle flow on the running event loop without blocking it: refs and pauses are
+    awaited; `Blocking` steps (joining or starting Ray, creating or killing actors, removing stores:
+    Ray offers no awaitable form of them) run in a worker thread."""
+    return await drive_async(flow, _awaited)
+
+
+def _done(step: Step) -> Any:
+    if isinstance(step, Pause):
+        return time.sleep(step.seconds)
+    if isinstance(step, Blocking):
+        return step.function(*step.args)
+    return ray.get(step.refs, timeout=step.timeout)
+
+
+async def _awaited(step: Step) -> Any:
+    if isinstance(step, Pause):
+        return await asyncio.sleep(step.seconds)
+    if isinstance(step, Blocking):
+        return await asyncio.to_thread(step.function, *step.args)
+    refs = step.refs if isinstance(step.refs, list) else [step.refs]
+    try:
+        values = await asyncio.wait_for(asyncio.gather(*refs), step.timeout)
+    except asyncio.TimeoutError:
+        raise GetTimeoutError(f"no answer from Ray within {step.timeout:g} s") from None
+    return values if isinstance(step.refs, list) else values[0]
 
 
 def local_head_address() -> str | None:
@@ -99,17 +176,22 @@ def ensure_ray(address: str | None = None) -> None:
                 "only on a Ray it starts)", target)
 
 
-def running_config(name: str) -> NamespaceConfig | None:
+def running_config_flow(name: str) -> LifecycleFlow[NamespaceConfig | None]:
     """The configuration of namespace `name` if it runs on the joined cluster, else None."""
     from actors.handles import find_actor
 
     gateway = find_actor(f"{name}.gateway.0")
     if gateway is None:
         return None
-    return NamespaceConfig(**ray.get(gateway.config.remote(), timeout=_RUNNING_CONFIG_TIMEOUT_S))
+    return NamespaceConfig(**(yield Wait(gateway.config.remote(), _RUNNING_CONFIG_TIMEOUT_S)))
 
 
-def ensure_stores_free(config: NamespaceConfig, wait_s: float = 0.0) -> None:
+def running_config(name: str) -> NamespaceConfig | None:
+    """The configuration of namespace `name` if it runs on the joined cluster, else None."""
+    return run_blocking(running_config_flow(name))
+
+
+def stores_free_flow(config: NamespaceConfig, wait_s: float = 0.0) -> LifecycleFlow[None]:
     """Raise `StoreLockedError` if any process (another cluster, a stale actor) holds one of the
     namespace's stores, after waiting up to `wait_s` for holders that are shutting down."""
     deadline = time.monotonic() + wait_s
@@ -120,29 +202,40 @@ def ensure_stores_free(config: NamespaceConfig, wait_s: float = 0.0) -> None:
         while (holder := holder_of(path)) is not None:
             if time.monotonic() >= deadline:
                 raise refusal(path, holder, index)
-            time.sleep(0.05)
+            yield Pause(STORE_POLL_S)
 
 
-def start_namespace(name: str, *, sku: str, partitions: int | None, data_dir: str | None, gateways: int,
-                    durability: str, address: str | None) -> NamespaceConfig:
+def ensure_stores_free(config: NamespaceConfig, wait_s: float = 0.0) -> None:
+    """`stores_free_flow`, in this thread."""
+    run_blocking(stores_free_flow(config, wait_s))
+
+
+def ray_flow(address: str | None = None) -> LifecycleFlow[None]:
+    """`ensure_ray` when Ray is not up yet in this process."""
+    if not ray.is_initialized():
+        yield Blocking(ensure_ray, (address,))
+
+
+def start_flow(name: str, *, sku: str, partitions: int | None, data_dir: str | None, gateways: int,
+               durability: str, address: str | None) -> LifecycleFlow[NamespaceConfig]:
     """Start namespace `name` (or find it running) and return its configuration."""
     from actors.deploy import deploy
 
     check_namespace_name(name)
     get_sku(sku)
-    ensure_ray(address)
-    running = running_config(name)
+    yield from ray_flow(address)
+    running = yield from running_config_flow(name)
     if running is not None:
         return running
     config = plan_config(name, sku=sku, partitions=partitions, data_dir=data_dir, gateways=gateways,
                          durability=durability, node_id=ray.get_runtime_context().get_node_id())
-    ensure_stores_free(config)
+    yield from stores_free_flow(config)
     save_config(config)
-    deploy(config)
+    yield Blocking(deploy, (config,))
     return config
 
 
-def connect_namespace(name: str, address: str | None, how_to_start: str) -> NamespaceConfig:
+def connect_flow(name: str, address: str | None, how_to_start: str) -> LifecycleFlow[NamespaceConfig]:
     """The configuration of running namespace `name`; `how_to_start` words the hint when it is not."""
     check_namespace_name(name)
     if not ray.is_initialized():
@@ -150,8 +243,8 @@ def connect_namespace(name: str, address: str | None, how_to_start: str) -> Name
         if target is None:
             raise _not_running(name, "here: no Ray cluster is (no address, RAY_ADDRESS or `ray start` head)",
                                how_to_start)
-        ensure_ray(target)
-    config = running_config(name)
+        yield Blocking(ensure_ray, (target,))
+    config = yield from running_config_flow(name)
     if config is None:
         raise _not_running(name, f"on the Ray cluster at {ray.get_runtime_context().gcs_address}", how_to_start)
     return config
@@ -170,7 +263,22 @@ def _not_running(name: str, why: str, how_to_start: str) -> NamespaceNotRunningE
                                     entity=name)
 
 
+def start_namespace(name: str, **options: Any) -> NamespaceConfig:
+    """`start_flow`, in this thread."""
+    return run_blocking(start_flow(name, **options))
+
+
+def connect_namespace(name: str, address: str | None, how_to_start: str) -> NamespaceConfig:
+    """`connect_flow`, in this thread."""
+    return run_blocking(connect_flow(name, address, how_to_start))
+
+
 def stop_namespace(name: str, *, delete_data: bool) -> None:
+    """`stop_flow`, in this thread."""
+    run_blocking(stop_flow(name, delete_data=delete_data))
+
+
+def stop_flow(name: str, *, delete_data: bool) -> LifecycleFlow[None]:
     """Stop namespace `name`'s actors if it runs on the cluster found here; with `delete_data`, also
     remove its stores (refused while another process holds them)."""
     from actors.deploy import teardown
@@ -180,19 +288,20 @@ def stop_namespace(name: str, *, delete_data: bool) -> None:
     check_namespace_name(name)
     config: NamespaceConfig | None = None
     if ray.is_initialized() or cluster_address() is not None:
-        ensure_ray()
-        config = running_config(name)
-        teardown(name, None if config is None else config.partition_count,
-                 None if config is None else config.gateways)
+        yield from ray_flow()
+        config = yield from running_config_flow(name)
+        yield Blocking(teardown, (name, None if config is None else config.partition_count,
+                                  None if config is None else config.gateways))
     if not delete_data:
         return
     directory = config.data_dir if config is not None else default_data_dir(name)
     stored = load_config(directory) if directory and os.path.isdir(directory) else None
     if stored is None:
         return
-    ensure_stores_free(stored, wait_s=TEARDOWN_WAIT_S if config is not None else 0.0)
-    shutil.rmtree(directory)
+    yield from stores_free_flow(stored, wait_s=TEARDOWN_WAIT_S if config is not None else 0.0)
+    yield Blocking(shutil.rmtree, (directory,))
 
 
 __all__ = ["LOCAL_RAY_SYSTEM_CONFIG", "ensure_ray", "cluster_address", "local_head_address", "check_reachable",
-           "start_namespace", "connect_namespace", "stop_namespace", "running_config", "ensure_stores_free"]
+           "start_flow", "connect_flow", "stop_flow", "run_blocking", "run_awaiting", "start_namespace",
+           "connect_namespace", "stop_namespace", "running_config", "ensure_stores_free"]

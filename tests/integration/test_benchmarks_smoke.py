@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks import p5_memory, p6_recovery, scale, suite
+from benchmarks import async_senders, p5_memory, p6_recovery, scale, suite
 from benchmarks.baselines import redis_server
 
 pytestmark = pytest.mark.ray
@@ -77,3 +77,11 @@ def test_p6_recovers_without_losing_messages(ray_instance: None) -> None:
     assert doc["results"]["messages_lost"] == 0
     assert doc["results"]["trials"][0]["restarted"] is True
     assert p6_recovery.table(doc)
+
+
+def test_async_senders_compares_async_and_sync_sending(ray_instance: None) -> None:
+    config = async_senders.AsyncSendersConfig(batches=4, warmup=1, senders=2, rounds=1, batch_size=10)
+    doc = well_formed(async_senders.run(config), "async_senders")
+    assert set(doc["results"]) == {"sync_1", "async_2"}
+    assert all(r["msgs_per_s"] > 0 for r in doc["results"].values())
+    assert [t["threshold"] for t in doc["targets"]] == [1.5]

@@ -1,0 +1,111 @@
+"""Deploying and attaching to a namespace from an event loop, and the async `Namespace` handle."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from ..client import management
+from ..client.direct import open_link
+from ..client.flow import Flow, run_async
+from ..client.handle import NamespaceBase
+from ..client.lifecycle import connect_flow, run_awaiting, start_flow, stop_flow
+from ..config import NamespaceConfig
+from ..entities import QueueProperties, QueueRuntimeProperties
+from .closing import Closing
+from .receiver import Receiver
+from .sender import Sender
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from ..client.management import QueueOptions
+
+T = TypeVar("T")
+
+
+async def start(name: str, *, sku: str = "standard", partitions: int | None = None, data_dir: str | None = None,
+                gateways: int = 1, durability: str = "normal", address: str | None = None) -> Namespace:
+    """`ray_broker.start`, awaited: start a namespace (or return the running one of that name).
+
+    Ray object refs are awaited on this loop; joining or starting Ray and creating the actors,
+    which Ray offers no awaitable form of, run in a worker thread.
+    """
+    return Namespace(await run_awaiting(start_flow(name, sku=sku, partitions=partitions, data_dir=data_dir,
+                                                   gateways=gateways, durability=durability, address=address)))
+
+
+async def connect(name: str, *, address: str | None = None) -> Namespace:
+    """`ray_broker.connect`, awaited: attach to a running namespace (`NamespaceNotRunningError` if none)."""
+    return Namespace(await run_awaiting(connect_flow(name, address,
+                                                     how_to_start=f"await ray_broker.aio.start({name!r})")))
+
+
+async def stop(name: str, *, delete_data: bool = False) -> None:
+    """`ray_broker.stop`, awaited: stop a namespace's actors; with `delete_data`, remove its stores too."""
+    await run_awaiting(stop_flow(name, delete_data=delete_data))
+
+
+class Namespace(NamespaceBase[Sender, Receiver], Closing):
+    """A handle to a running namespace for asyncio code; picklable, and interchangeable with a
+    `ray_broker.Namespace` of the same name (`rba.Namespace(sync_ns.config)` and back).
+
+    Its calls run on the caller's event loop (the data path through a router of that loop);
+    `async with ns` / `await ns.close()` closes the senders and receivers it made.
+
+    Example:
+        ns = await rba.connect("demo")
+        await ns.create_queue("orders", enable_partitioning=True)
+        async with ns.get_queue_sender("orders") as sender:
+            await sender.send_messages(rb.Message("hello"))
+    """
+
+    sender_class = Sender
+    receiver_class = Receiver
+
+    def __init__(self, config: NamespaceConfig, gateway_index: int | None = None, *, relay: bool = False) -> None:
+        super().__init__(config, open_link(config, gateway_index, relay=relay), relay=relay)
+
+    async def close(self) -> None:
+        """Close every sender and receiver this handle made; the namespace keeps running. Idempotent.
+
+        Every client is closed even when one fails; the first failure is raised afterwards.
+        """
+        first_error: Exception | None = None
+        for client in self._take_clients():
+            try:
+                await client.close()
+            except Exception as exc:  # noqa: BLE001 - the other clients are still closed; raised below
+                first_error = first_error or exc
+        if first_error is not None:
+            raise first_error
+
+    async def _run(self, flow: Flow[T]) -> T:
+        return await run_async(self._link, flow)
+
+    # ------------------------------------------------------------------ queues
+
+    async def create_queue(self, queue_name: str, **options: Unpack[QueueOptions]) -> QueueProperties:
+        """Create a queue; the keywords, their defaults and checks are those of `rb.Namespace.create_queue`."""
+        return await self._run(management.create_queue(self.sku, queue_name, options))
+
+    async def get_queue(self, queue_name: str) -> QueueProperties:
+        """A queue's settings."""
+        return await self._run(management.get_queue(self.sku, queue_name))
+
+    async def update_queue(self, properties_or_name: QueueProperties | str, **changes: Any) -> QueueProperties:
+        """Change a queue's settings, as `rb.Namespace.update_queue` does."""
+        return await self._run(management.update_queue(self.sku, properties_or_name, changes))
+
+    async def delete_queue(self, queue_name: str) -> None:
+        """Delete a queue and every message in it."""
+        await self._run(management.delete_queue(queue_name))
+
+    async def list_queues(self) -> list[QueueProperties]:
+        """Every queue, in name order."""
+        return await self._run(management.list_queues(self.sku))
+
+    async def get_queue_runtime_properties(self, queue_name: str) -> QueueRuntimeProperties:
+        """A queue's message counts, summed over partitions, including the settlements this
+        handle's receivers still hold (sent first)."""
+        for receiver in self._open_receivers():
+            await receiver._flush_pending()
+        return await self._run(management.queue_runtime_properties(queue_name))

@@ -1,0 +1,38 @@
+"""Async senders: `send_messages`, batches, and scheduled messages."""
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from ..client.core import DEFAULT_TIMEOUT_S
+from ..client.flow import run_async
+from ..client.sending import SenderBase
+from .closing import Closing
+
+
+class Sender(SenderBase, Closing):
+    """Sends messages to one queue (or topic) from an event loop; `rb.Sender`'s methods, awaited.
+
+    Example:
+        async with ns.get_queue_sender("orders") as sender:
+            await sender.send_messages([rb.Message("a"), rb.Message("b")])
+    """
+
+    async def close(self) -> None:
+        """Close the sender (it holds no broker resources)."""
+        self._closed = True
+
+    async def send_messages(self, message: Any, *, timeout: float | None = DEFAULT_TIMEOUT_S,
+                            transaction: Any = None) -> None:
+        """Send a message, a list of messages or a `MessageBatch` in one call."""
+        await run_async(self._link, self._send(message, timeout, transaction))
+
+    async def schedule_messages(self, messages: Any, schedule_time_utc: datetime, *,
+                                timeout: float | None = DEFAULT_TIMEOUT_S) -> list[int]:
+        """Schedule messages for `schedule_time_utc`; returns their sequence numbers, for cancelling."""
+        return await run_async(self._link, self._schedule(messages, schedule_time_utc, timeout))
+
+    async def cancel_scheduled_messages(self, sequence_numbers: int | list[int], *,
+                                        timeout: float | None = DEFAULT_TIMEOUT_S) -> None:
+        """Cancel scheduled messages by the sequence numbers `schedule_messages` returned."""
+        await run_async(self._link, self._cancel_scheduled(sequence_numbers, timeout))

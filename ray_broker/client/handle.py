@@ -1,0 +1,113 @@
+"""What a namespace handle is without I/O: its configuration, its link, and the senders and
+receivers it made. The sync `Namespace` and the async one (`ray_broker.aio`) add the calls;
+imports no Ray.
+"""
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import Any, ClassVar, Generic, TypeVar
+
+from ..config import NamespaceConfig
+from ..entities import check_entity_name
+from ..errors import InvalidOperationError
+from ..protocol import ReceiveMode
+from ..sku import Sku, get_sku
+from .core import receive_target
+from .flow import Link
+from .receiving import ReceiverBase
+from .sending import SenderBase
+
+S = TypeVar("S", bound=SenderBase)
+R = TypeVar("R", bound=ReceiverBase)
+
+
+class NamespaceBase(Generic[S, R]):
+    """A handle's state and the clients it makes; subclasses name their sender and receiver
+    classes and add the calls.
+
+    Args:
+        config: the namespace.
+        link: how the handle reaches the namespace.
+        relay: whether every call goes through the gateway (kept when the handle is pickled).
+    """
+
+    sender_class: ClassVar[type[SenderBase]]
+    receiver_class: ClassVar[type[ReceiverBase]]
+
+    def __init__(self, config: NamespaceConfig, link: Link, *, relay: bool) -> None:
+        self.config = config
+        self.relay = relay
+        self._link = link
+        self._receivers: weakref.WeakSet[R] = weakref.WeakSet()
+        self._senders: weakref.WeakSet[S] = weakref.WeakSet()
+        self._clients_lock = threading.Lock()
+        self._closed = False
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.config, self.relay))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r}, sku={self.config.sku!r}, partitions={self.partition_count})"
+
+    @property
+    def name(self) -> str:
+        """The namespace's name."""
+        return self.config.name
+
+    @property
+    def partition_count(self) -> int:
+        """How many partitions the namespace has (fixed at creation)."""
+        return self.config.partition_count
+
+    @property
+    def sku(self) -> Sku:
+        """The namespace's tier."""
+        return get_sku(self.config.sku)
+
+    def _take_clients(self) -> list[S | R]:
+        """Close this handle to new clients and hand over the ones it made, to be closed."""
+        with self._clients_lock:
+            self._closed = True
+            clients: list[S | R] = [*self._senders, *self._receivers]
+            self._senders.clear()
+            self._receivers.clear()
+        return clients
+
+    def _open_receivers(self) -> list[R]:
+        """The receivers this handle made that are still open."""
+        return [r for r in list(self._receivers) if not r._closed]
+
+    def _track(self, client: S | R) -> None:
+        """Remember a new sender or receiver for `close()`; refused once this handle is closed."""
+        with self._clients_lock:
+            if self._closed:
+                raise InvalidOperationError(
+                    f"this handle to namespace {self.name!r} is closed; get a new one with "
+                    f"ray_broker.connect({self.name!r}) to make senders and receivers")
+            if isinstance(client, SenderBase):
+                self._senders.add(client)
+            else:
+                self._receivers.add(client)
+
+    def get_queue_sender(self, queue_name: str) -> S:
+        """A sender for a queue (`InvalidOperationError` once this handle is closed)."""
+        check_entity_name(queue_name, "queue")
+        sender: S = self.sender_class(self._link, self.sku, queue_name)  # type: ignore[assignment]
+        self._track(sender)
+        return sender
+
+    def get_queue_receiver(self, queue_name: str, *, receive_mode: ReceiveMode = ReceiveMode.PEEK_LOCK,
+                           sub_queue: Any = None, session_id: Any = None, prefetch_count: int = 0,
+                           max_wait_time: float | None = None) -> R:
+        """A receiver for a queue or its dead-letter sub-queue (paths like "q/$deadletterqueue" work too);
+        `InvalidOperationError` once this handle is closed."""
+        target = receive_target(queue_name, receive_mode=receive_mode, sub_queue=sub_queue, session_id=session_id,
+                                prefetch_count=prefetch_count, max_wait_time=max_wait_time)
+        receiver: R = self.receiver_class(self._link, self.sku, target)  # type: ignore[assignment]
+        self._track(receiver)
+        return receiver
+
+
+def _rebuild(cls: type[NamespaceBase[Any, Any]], config: NamespaceConfig, relay: bool) -> NamespaceBase[Any, Any]:
+    return cls(config, relay=relay)  # type: ignore[call-arg]

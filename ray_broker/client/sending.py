@@ -1,0 +1,72 @@
+"""What a sender is without I/O: its entity, tier and state, batches, and its operations as flows.
+
+The sync `Sender` and the async one (`ray_broker.aio`) run these flows; imports no Ray.
+"""
+from __future__ import annotations
+
+import itertools
+import uuid
+from datetime import datetime
+from typing import Any
+
+from ..errors import InvalidOperationError
+from ..sku import Sku
+from .core import DEFAULT_TIMEOUT_S, MessageBatch, envelopes_for_send, new_batch, schedule_epoch, sequence_list, wait_seconds
+from .flow import Flow, Link, request
+
+
+class SenderBase:
+    """A sender's state and flows; its subclasses add the calls.
+
+    Args:
+        link: the namespace link the subclass calls through.
+        sku: the namespace's tier (size limits).
+        entity: the queue (or topic) sent to.
+    """
+
+    def __init__(self, link: Link, sku: Sku, entity: str) -> None:
+        self._link = link
+        self._sku = sku
+        self._producer = uuid.uuid4().hex
+        self._batches = itertools.count()
+        self.entity_name = entity
+        self._closed = False
+
+    def _tag(self) -> tuple[str, int]:
+        """The next batch's producer tag: every retry of one call repeats it, and a partition that
+        already stored the batch answers with the first reply instead of storing it again."""
+        return self._producer, next(self._batches)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise InvalidOperationError(f"the sender for {self.entity_name!r} is closed; create a new one")
+
+    def create_message_batch(self, max_size_in_bytes: int | None = None) -> MessageBatch:
+        """An empty batch, bounded by the tier's batch size (or a smaller `max_size_in_bytes`)."""
+        self._check_open()
+        return new_batch(self._sku, max_size_in_bytes)
+
+    def _send(self, message: Any, timeout: float | None, transaction: Any) -> Flow[None]:
+        self._check_open()
+        if transaction is not None:
+            raise InvalidOperationError("transactions are not available in this version; send without transaction=")
+        envelopes = envelopes_for_send(self._sku, message)
+        if envelopes:
+            wait = wait_seconds(timeout, DEFAULT_TIMEOUT_S)
+            yield request("send", self.entity_name, envelopes, wait, self._tag(), timeout=wait)
+
+    def _schedule(self, messages: Any, schedule_time_utc: datetime, timeout: float | None) -> Flow[list[int]]:
+        self._check_open()
+        envelopes = envelopes_for_send(self._sku, messages, schedule_at=schedule_epoch(schedule_time_utc))
+        if not envelopes:
+            return []
+        wait = wait_seconds(timeout, DEFAULT_TIMEOUT_S)
+        seqs = yield request("send", self.entity_name, envelopes, wait, self._tag(), timeout=wait)
+        return [int(s) for s in seqs if s is not None]
+
+    def _cancel_scheduled(self, sequence_numbers: int | list[int], timeout: float | None) -> Flow[None]:
+        self._check_open()
+        seqs = sequence_list(sequence_numbers)
+        if seqs:
+            wait = wait_seconds(timeout, DEFAULT_TIMEOUT_S)
+            yield request("cancel_scheduled", self.entity_name, seqs, wait, timeout=wait)

@@ -1,0 +1,291 @@
+"""Client flows without Ray: the requests senders, receivers and namespaces make, what their
+replies become, and the same flow driven sync and async."""
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from typing import Any, Callable
+
+import pytest
+
+from ray_broker import Message
+from ray_broker.client import management
+from ray_broker.client.core import Flush, SettlementBuffer, receive_target
+from ray_broker.client.flow import Call, drive, request, run, run_async
+from ray_broker.client.receiving import ReceiverBase, SessionBase, check_renewable
+from ray_broker.client.sending import SenderBase
+from ray_broker.errors import (
+    InvalidOperationError,
+    MessageAlreadySettled,
+    MessageLockLostError,
+    MessagingEntityNotFoundError,
+    OperationTimeoutError,
+    ServiceBusError,
+)
+from ray_broker.sku import SKUS
+
+STANDARD = SKUS["standard"]
+PAYLOAD = Message("x").to_envelope()["payload"]
+
+
+class FakeLink:
+    """A link that answers each operation with `replies[operation](*args)` and records the calls."""
+
+    def __init__(self, **replies: Callable[..., Any]) -> None:
+        self.replies = replies
+        self.calls: list[Call] = []
+
+    def call(self, operation: str, *args: Any, timeout: float) -> Any:
+        self.calls.append(Call(operation, args, timeout))
+        return self.replies[operation](*args)
+
+    async def call_async(self, operation: str, *args: Any, timeout: float) -> Any:
+        await asyncio.sleep(0)
+        return self.call(operation, *args, timeout=timeout)
+
+    def operations(self) -> list[str]:
+        return [c.operation for c in self.calls]
+
+
+def record(seq: int, *, lock_s: float = 60.0, session_id: str | None = None) -> dict[str, Any]:
+    """A locked message record as a partition returns it."""
+    return {"payload": PAYLOAD, "sequence_number": seq, "lock_token": seq.to_bytes(16, "big"),
+            "locked_until": time.time() + lock_s, "delivery_count": 1, "session_id": session_id}
+
+
+def receiver(link: FakeLink, entity: str = "q", **kwargs: Any) -> ReceiverBase:
+    args: dict[str, Any] = {"receive_mode": "peek_lock", "sub_queue": None, "session_id": None,
+                            "prefetch_count": 0, "max_wait_time": None, **kwargs}
+    return ReceiverBase(link, STANDARD, receive_target(entity, **args))
+
+
+def receive_reply(*records: dict[str, Any]) -> Callable[..., dict[str, Any]]:
+    """A `receive` answer with `records`, settling every carried settlement."""
+    return lambda *args: {"messages": list(records), "settled": [None] * len(args[-1])}
+
+
+# ---------------------------------------------------------------------- drivers
+
+def test_a_flow_runs_the_same_sync_and_async() -> None:
+    def flow() -> Any:
+        first = yield request("a", 1, timeout=5.0)
+        try:
+            yield request("boom", timeout=5.0)
+        except KeyError:
+            pass
+        return first + (yield request("a", 2, timeout=5.0))
+
+    def boom() -> None:
+        raise KeyError("no")
+
+    link = FakeLink(a=lambda n: n * 10, boom=boom)
+    assert run(link, flow()) == 30
+    assert asyncio.run(run_async(link, flow())) == 30
+    assert link.operations() == ["a", "boom", "a"] * 2
+
+
+def test_an_error_the_flow_does_not_handle_propagates() -> None:
+    def flow() -> Any:
+        yield request("boom", timeout=1.0)
+
+    def boom() -> None:
+        raise OperationTimeoutError("late")
+
+    with pytest.raises(OperationTimeoutError):
+        run(FakeLink(boom=boom), flow())
+
+
+def test_a_flow_that_needs_no_call_returns_at_once() -> None:
+    sender = SenderBase(FakeLink(), STANDARD, "q")
+    assert drive(sender._schedule([], datetime(2030, 1, 1, tzinfo=timezone.utc), 5),
+                 lambda call: pytest.fail(f"no call expected, got {call}")) == []
+
+
+# ---------------------------------------------------------------------- receivers
+
+def test_a_receive_carries_buffered_settlements() -> None:
+    link = FakeLink(receive=receive_reply(record(1), record(2)))
+    r = receiver(link)
+    first, second = run(link, r._receive(2, 1))
+    assert r._settle(first, "complete") is Flush.LATER
+    assert r._settle(second, "dead_letter", "why", "details") is Flush.NONE
+    with pytest.raises(MessageAlreadySettled):
+        r._settle(first, "complete")
+    run(link, r._receive(1, 0))
+    carried = link.calls[-1].args[-1]
+    assert carried == [["complete", 1, (1).to_bytes(16, "big"), None, None],
+                       ["dead_letter", 2, (2).to_bytes(16, "big"), "why", "details"]]
+    assert len(r._settlements) == 0
+
+
+def test_a_lock_close_to_expiry_is_settled_now() -> None:
+    link = FakeLink(receive=receive_reply(record(1, lock_s=1.0)))
+    r = receiver(link)
+    message = run(link, r._receive(1, 1))[0]
+    assert r._settle(message, "complete") is Flush.NOW
+
+
+def test_an_expired_lock_is_lost_at_once_and_a_full_buffer_flushes() -> None:
+    link = FakeLink(receive=receive_reply(record(1, lock_s=-1.0)))
+    r = receiver(link)
+    with pytest.raises(MessageLockLostError):
+        r._settle(run(link, r._receive(1, 1))[0], "complete")
+    buffer = SettlementBuffer()
+    decisions = [buffer.add(*settled_message(seq), time.time() + 60, time.time()) for seq in range(buffer.MAX_PENDING)]
+    assert decisions[0] is Flush.LATER and set(decisions[1:-1]) == {Flush.NONE} and decisions[-1] is Flush.NOW
+
+
+def settled_message(seq: int) -> tuple[Any, list[Any]]:
+    link = FakeLink(receive=receive_reply(record(seq)))
+    message = run(link, receiver(link)._receive(1, 1))[0]
+    return message, ["complete", seq]
+
+
+def test_an_older_copy_of_a_message_is_not_settled_with_the_new_lock() -> None:
+    link = FakeLink(receive=receive_reply(record(7, lock_s=-1.0)))
+    r = receiver(link)
+    old = run(link, r._receive(1, 1))[0]
+    link.replies["receive"] = receive_reply(record(7))
+    new = run(link, r._receive(1, 1))[0]
+    with pytest.raises(MessageLockLostError):
+        r._settle(old, "complete")
+    assert r._settle(new, "complete") is Flush.LATER
+
+
+def test_a_failed_carrying_receive_is_reported_by_the_next_operation() -> None:
+    link = FakeLink(receive=receive_reply(record(1)))
+    r = receiver(link)
+    r._settle(run(link, r._receive(1, 1))[0], "complete")
+
+    def down(*args: Any) -> None:
+        raise OperationTimeoutError("gateway down")
+
+    link.replies["receive"] = down
+    with pytest.raises(OperationTimeoutError):
+        run(link, r._receive(1, 1))
+    with pytest.raises(OperationTimeoutError, match="gateway down"):
+        run(link, r._receive(1, 1))
+
+
+def test_an_interrupted_carrying_receive_leaves_an_unknown_outcome() -> None:
+    link = FakeLink(receive=receive_reply(record(1)))
+    r = receiver(link)
+    r._settle(run(link, r._receive(1, 1))[0], "complete")
+
+    async def cancelled() -> None:
+        task = asyncio.ensure_future(run_async(link, r._receive(1, 1)))
+        await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(cancelled())
+    with pytest.raises(ServiceBusError, match="1 settlements .* interrupted"):
+        r._settlements.raise_deferred()
+
+
+def test_flush_failures_are_kept_and_peek_continues() -> None:
+    def refuse(entity: str, subq: int, session: Any, ops: list[Any], timeout: float) -> list[Any]:
+        return [MessageLockLostError("lost")] * len(ops)
+
+    link = FakeLink(receive=receive_reply(record(1)), settle=refuse,
+                    peek=lambda entity, subq, session, start, count: [record(start), record(start + 1)])
+    r = receiver(link)
+    r._settle(run(link, r._receive(1, 1))[0], "complete")
+    with pytest.raises(MessageLockLostError):
+        run(link, r._flush())
+    assert [m.sequence_number for m in run(link, r._peek(2, 5))] == [5, 6]
+    assert [m.sequence_number for m in run(link, r._peek(2, 0))] == [7, 8]
+
+
+def test_renewing_a_message_updates_its_lock() -> None:
+    until = time.time() + 120
+    link = FakeLink(receive=receive_reply(record(1)), settle=lambda *args: [until])
+    r = receiver(link)
+    message = run(link, r._receive(1, 1))[0]
+    assert run(link, r._renew_message_lock(message, send_buffered=False)) == until
+    assert message.locked_until == pytest.approx(until, abs=1e-5) and message.locked_until_utc is not None
+    assert message.locked_until_utc.timestamp() == pytest.approx(until, abs=1e-5)
+
+
+def test_a_session_receiver_locks_its_session_first_and_releases_it_on_close() -> None:
+    lock = {"session_id": "s1", "lock_token": b"t", "partition": 3, "locked_until": time.time() + 60}
+    link = FakeLink(accept_session=lambda entity, wanted, wait: dict(lock),
+                    receive=receive_reply(record(4, session_id="s1")),
+                    session_call=lambda entity, wire, operation, *args: {"renew_session": time.time() + 90}.get(operation),
+                    close_receiver=lambda key: 0)
+    r = receiver(link, session_id="s1")
+    session = SessionBase(r)
+    assert (session.session_id, session.locked_until_utc) == ("s1", None)
+    message = run(link, r._receive(1, 1))[0]
+    assert link.operations() == ["accept_session", "receive"]
+    assert link.calls[-1].args[4] == dict(lock, seen=0)
+    assert session.locked_until_utc is not None
+    before = session.locked_until_utc
+    run(link, r._renew_session(send_buffered=True))
+    assert session.locked_until_utc > before
+    r._settle(message, "complete")
+    link.replies["settle"] = lambda *args: [None]
+    run(link, r._close())
+    assert link.operations()[-3:] == ["settle", "close_receiver", "session_call"]
+    assert link.calls[-1].args[2] == "release_session"
+    with pytest.raises(InvalidOperationError, match="closed"):
+        check_renewable(r, session)
+
+
+def test_renewal_checks_name_what_cannot_be_renewed() -> None:
+    link = FakeLink(receive=receive_reply(record(1)))
+    first, second = receiver(link), receiver(link)
+    message = run(link, first._receive(1, 1))[0]
+    with pytest.raises(InvalidOperationError, match="another receiver"):
+        check_renewable(second, message)
+    session_receiver = receiver(link, session_id="s1")
+    with pytest.raises(InvalidOperationError, match="not locked its session"):
+        check_renewable(session_receiver, SessionBase(session_receiver))
+
+
+# ---------------------------------------------------------------------- senders and management
+
+def test_sender_flows() -> None:
+    link = FakeLink(send=lambda entity, envelopes, wait, tag: list(range(len(envelopes))),
+                    cancel_scheduled=lambda entity, seqs, wait: None)
+    sender = SenderBase(link, STANDARD, "q")
+    run(link, sender._send([Message("a"), Message("b")], None, None))
+    assert run(link, sender._schedule(Message("a"), datetime(2030, 1, 1, tzinfo=timezone.utc), 5)) == [0]
+    run(link, sender._cancel_scheduled([], 5))
+    run(link, sender._cancel_scheduled(3, 5))
+    assert link.operations() == ["send", "send", "cancel_scheduled"]
+    tags = [c.args[3] for c in link.calls if c.operation == "send"]
+    assert tags == [(sender._producer, 0), (sender._producer, 1)], "each send call carries the next producer tag"
+    with pytest.raises(InvalidOperationError, match="transactions"):
+        run(link, sender._send(Message("a"), None, object()))
+
+
+def test_update_queue_sends_only_what_changed() -> None:
+    definition = {"name": "q", "kind": "queue", "options": management.normalize_queue_options({})}
+    link = FakeLink(definition=lambda name, fresh: definition, list_entities=lambda kind: [definition],
+                    update_entity=lambda name, changes, timeout: definition)
+    properties = run(link, management.get_queue(STANDARD, "q"))
+    properties.max_delivery_count = 11
+    run(link, management.update_queue(STANDARD, properties, {}))
+    assert link.calls[-1].args[1] == {"max_delivery_count": 11}
+    properties.max_message_size_in_kilobytes = 1
+    with pytest.raises(InvalidOperationError, match="fixed"):
+        run(link, management.update_queue(STANDARD, properties, {}))
+    topic = dict(definition, kind="topic")
+    link.replies["definition"] = lambda name, fresh: topic
+    with pytest.raises(MessagingEntityNotFoundError, match="not a queue"):
+        run(link, management.get_queue(STANDARD, "q"))
+    assert [q.name for q in run(link, management.list_queues(STANDARD))] == ["q"]
+
+
+def test_the_client_flows_import_without_ray() -> None:
+    modules = ["ray_broker.client.flow", "ray_broker.client.management", "ray_broker.client.sending",
+               "ray_broker.client.receiving", "ray_broker.client.renewing", "ray_broker.client.handle"]
+    probe = "import sys, importlib\nsys.modules['ray'] = None\nfor m in sys.argv[1:]: importlib.import_module(m)"
+    result = subprocess.run([sys.executable, "-c", probe, *modules], capture_output=True, text=True, timeout=120,
+                            check=False)
+    assert result.returncode == 0, result.stderr
