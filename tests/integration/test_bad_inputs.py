@@ -8,7 +8,9 @@ import pytest
 
 import ray_broker as rb
 from ray_broker import errors
-from .paths import namespace  # noqa: F401 - every test here runs on both client paths
+
+BOTH_PATHS = True
+"""Every test here runs on the direct path and through the gateway relay."""
 
 
 @pytest.fixture(scope="module")

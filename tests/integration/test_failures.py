@@ -18,7 +18,9 @@ import ray_broker as rb
 from ray_broker.routing import partition_for_key
 
 from .helpers import drain, kill_partition, partition_handle, partition_pid, wait_partition_back
-from .paths import namespace  # noqa: F401 - every test here runs on both client paths
+
+BOTH_PATHS = True
+"""Every test here runs on the direct path and through the gateway relay."""
 
 
 @contextmanager

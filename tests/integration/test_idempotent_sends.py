@@ -6,7 +6,9 @@ import ray_broker as rb
 from ray_broker.client.core import envelopes_for_send
 
 from .helpers import kill_partition, wait_partition_back
-from .paths import namespace  # noqa: F401 - every test here runs on both client paths
+
+BOTH_PATHS = True
+"""Every test here runs on the direct path and through the gateway relay."""
 
 
 def test_a_repeated_batch_is_answered_with_its_first_sequence_numbers(namespace: rb.Namespace,

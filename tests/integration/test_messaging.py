@@ -10,7 +10,9 @@ import pytest
 import ray_broker as rb
 
 from .helpers import drain
-from .paths import namespace  # noqa: F401 - every test here runs on both client paths
+
+BOTH_PATHS = True
+"""Every test here runs on the direct path and through the gateway relay."""
 
 
 def test_closing_a_receiver_releases_cached_messages_without_counting_a_delivery(

@@ -8,7 +8,9 @@ import ray_broker as rb
 from ray_broker.routing import partition_for_key
 
 from .helpers import drain
-from .paths import namespace  # noqa: F401 - every test here runs on both client paths
+
+BOTH_PATHS = True
+"""Every test here runs on the direct path and through the gateway relay."""
 
 
 def test_same_key_always_lands_on_the_same_partition(namespace: rb.Namespace, queue_name: str) -> None:
