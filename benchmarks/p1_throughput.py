@@ -36,6 +36,7 @@ from .common import (
 
 QUEUES = {"partitioned_16": "p1-partitioned", "non_partitioned_1": "p1-single"}
 TARGET_RATIO = 0.8
+REDIS_TARGET_RATIO = 1.0
 
 
 @dataclass
@@ -124,7 +125,12 @@ def run(config: P1Config) -> dict[str, Any]:
         "messages_left_after_run": left,
         "ratios": ratios,
         "targets": [target("P1 16-partition send/receive/complete vs ray.util.queue put+get (x)",
-                           ratios["partitioned_16_vs_ray_queue"], TARGET_RATIO)],
+                           ratios["partitioned_16_vs_ray_queue"], TARGET_RATIO),
+                    target("P1 non-partitioned send/receive/complete vs ray.util.queue put+get (x)",
+                           ratios["non_partitioned_1_vs_ray_queue"], TARGET_RATIO)]
+        + ([target("P1 16-partition vs Redis Streams XADD/XREADGROUP/XACK, AOF everysec (x)",
+                   ratios["partitioned_16_vs_redis_streams"], REDIS_TARGET_RATIO)]
+           if ratios["partitioned_16_vs_redis_streams"] is not None else []),
     }
 
 

@@ -83,8 +83,9 @@ def plan_send(definition: Definition, envelopes: Sequence[Mapping[str, Any]],
 
 def spread_start(producer: tuple[str, int], partition_count: int) -> int:
     """Where an unkeyed batch tagged `producer` (sender id, batch number) goes first: the same
-    partition for every retry of that batch, different ones for successive batches."""
-    return partition_for_key(f"{producer[0]}:{producer[1]}", partition_count)
+    partition for every retry of that batch, and the next partition for the sender's next batch
+    (round robin from where the sender's id hashes to)."""
+    return (partition_for_key(producer[0], partition_count) + producer[1]) % partition_count
 
 
 def unkeyed_tag(producer: tuple[str, int] | None) -> tuple[str, int] | None:

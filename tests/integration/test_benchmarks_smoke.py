@@ -28,7 +28,7 @@ def well_formed(doc: dict[str, Any], name: str) -> dict[str, Any]:
     return doc
 
 
-def test_suite_main_prints_one_json_document_with_p1_and_p3(ray_instance: None,
+def test_suite_main_prints_one_json_document_with_p1_p3_and_the_engine(ray_instance: None,
                                                             capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["--rounds", "1", "--batches", "2", "--warmup", "1", "--samples", "3", "--gap", "0.01", "--no-redis"]
     assert suite.main(argv) == 0
@@ -43,7 +43,11 @@ def test_suite_main_prints_one_json_document_with_p1_and_p3(ray_instance: None,
     assert all(r["n"] == 3 for r in p3["results"].values())
     assert p1["notes"] == p3["notes"] == ["Redis baseline switched off (--no-redis)"]
     assert set(doc["ratios"]) == {"p1_partitioned_16_vs_ray_queue", "p1_non_partitioned_1_vs_ray_queue",
-                                  "p3_partitioned_16_vs_non_partitioned_1"}
+                                  "p1_partitioned_16_vs_redis_streams", "p3_partitioned_16_vs_non_partitioned_1",
+                                  "p3_partitioned_16_vs_ray_queue", "engine_vs_raw_sqlite"}
+    engine = well_formed(doc["engine"], "engine_cycle")
+    assert engine["targets"][0]["value"] > 0 and "Engine" in captured.err
+    assert len(doc["targets"]) == 5, "P1 (16 and 1 partitions), P3 (vs 1 partition and the queue), engine"
 
 
 def test_redis_baseline_runs_or_says_why_not() -> None:

@@ -148,3 +148,11 @@ async def test_keyed_and_unkeyed_parts_of_one_tagged_send_on_one_partition_are_b
     assert len(set(seqs)) == 3 and setup.counts() == [3]
     assert await setup.router.send("q", batch, 5.0, ("producer", 1)) == seqs, "a retry is answered, not stored"
     assert setup.counts() == [3]
+
+
+def test_a_senders_successive_unkeyed_batches_go_round_the_partitions() -> None:
+    from ray_broker.routing.planner import spread_start
+
+    starts = [spread_start(("sender-a", n), 16) for n in range(16)]
+    assert sorted(starts) == list(range(16)) and starts[1] == (starts[0] + 1) % 16
+    assert spread_start(("sender-a", 5), 16) == starts[5], "a retry of a batch goes where the batch went"
