@@ -36,6 +36,8 @@ ATTEMPT_TIMEOUT_S = 5.0
 """How long one call may take before its partition counts as unavailable."""
 WATCH_TIMEOUT_S = 10.0
 """The longest one wait on a partition lasts before it is renewed."""
+UNKEYED_SETTLE_S = 10.0
+"""How long an unkeyed tagged batch keeps to a partition that failed with it before moving on."""
 GATHER_WINDOW_S = 0.003
 """After the first waiting receive brings messages, how long the others get to bring theirs."""
 FETCH_SINGLE_HOST = 100
@@ -203,8 +205,15 @@ class Router:
                            result: list[int | None], deadline: float, start: int,
                            producer: tuple[str, int] | None) -> None:
         """Send an unkeyed batch to one partition (from `start` on), moving to another when one is
-        unavailable."""
+        unavailable.
+
+        A partition that failed after the batch was sent to it may have stored it, and only that
+        partition recognizes a repeat of a tagged batch: so it is retried for up to
+        `UNKEYED_SETTLE_S` (a restart takes a second or two) before the batch moves on. Only a
+        partition that stays away longer can leave a copy behind (at-least-once, as Service Bus).
+        """
         name = definition["name"]
+        sent_to: int | None = None
         while True:
             order = self.health.order([(start + j) % self.count for j in range(self.count)], self.clock())
             for k in order:
@@ -214,13 +223,35 @@ class Router:
                 try:
                     seqs = await self.call_one(k, "send", name, batch, producer, timeout=remaining)
                 except PartitionUnavailable:
-                    continue
+                    if sent_to is None and producer is not None:
+                        sent_to = k
+                        seqs = await self._settle_doubt(k, name, batch, producer, deadline)
+                        if seqs is None:
+                            continue
+                    else:
+                        continue
                 self._place(result, indexes, seqs, definition, k)
                 return
             if self.clock() >= deadline:
                 raise PartitionUnavailableError(
                     f"no partition of {name!r} accepted the messages before the timeout; retry later", entity=name)
             await self.sleep(0.05)
+
+    async def _settle_doubt(self, k: int, name: str, batch: list[dict[str, Any]], producer: tuple[str, int],
+                            deadline: float) -> list[int | None] | None:
+        """Retry a tagged batch on partition `k`, which failed with it, for up to `UNKEYED_SETTLE_S`:
+        its reply (the first one, if `k` had stored the batch) or None if `k` stayed away."""
+        give_up = min(deadline, self.clock() + UNKEYED_SETTLE_S)
+        attempt = 0
+        while self.clock() < give_up:
+            await self.sleep(min(RETRY_BACKOFF.delay(attempt), max(give_up - self.clock(), 0.0)))
+            attempt += 1
+            try:
+                return await self.call_one(k, "send", name, batch, producer,  # type: ignore[no-any-return]
+                                           timeout=give_up - self.clock())
+            except PartitionUnavailable:
+                continue
+        return None
 
     async def cancel_scheduled(self, entity: str, sequence_numbers: list[int], timeout: float) -> None:
         """Cancel scheduled messages on the partitions that hold them."""

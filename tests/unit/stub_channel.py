@@ -26,6 +26,9 @@ class StubChannel:
         self.engines = [PartitionEngine(k, partition_count, Store(None, "memory"), clock)
                         for k in range(partition_count)]
         self.down: set[int] = set()
+        self.lost_replies: set[int] = set()
+        """Partitions whose next call runs but whose reply is lost (as when a partition dies after
+        its commit)."""
         self.calls: Counter[tuple[int, str]] = Counter()
         self._events = [asyncio.Event() for _ in range(partition_count)]
         self._ended: set[tuple[int, str]] = set()
@@ -47,6 +50,9 @@ class StubChannel:
             results.append(getattr(self.engines[index], operation)(*args))
             if operation in WAKING:
                 self._notify(index)
+        if index in self.lost_replies:
+            self.lost_replies.discard(index)
+            raise PartitionUnavailable(index, "reply lost (stub)")
         return results
 
     async def _wait(self, index: int, check: Any, timeout: float) -> Any:

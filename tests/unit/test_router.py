@@ -13,7 +13,8 @@ from ray_broker.clock import ManualClock
 from ray_broker.errors import PartitionUnavailableError
 from ray_broker.protocol import MAIN, PEEK_LOCK
 from ray_broker.routing import partition_for_key, partition_of
-from ray_broker.routing.router import Router
+from ray_broker.routing.planner import spread_start
+from ray_broker.routing.router import UNKEYED_SETTLE_S, Router
 from ray_broker.sku import get_sku
 
 from .conftest import queue_definition
@@ -151,8 +152,26 @@ async def test_keyed_and_unkeyed_parts_of_one_tagged_send_on_one_partition_are_b
 
 
 def test_a_senders_successive_unkeyed_batches_go_round_the_partitions() -> None:
-    from ray_broker.routing.planner import spread_start
-
     starts = [spread_start(("sender-a", n), 16) for n in range(16)]
     assert sorted(starts) == list(range(16)) and starts[1] == (starts[0] + 1) % 16
     assert spread_start(("sender-a", 5), 16) == starts[5], "a retry of a batch goes where the batch went"
+
+
+async def test_an_unkeyed_batch_whose_reply_was_lost_is_not_stored_again_elsewhere() -> None:
+    setup = Setup()
+    setup.create()
+    start = spread_start(("p", 0), PARTITIONS)
+    setup.channel.lost_replies.add(start)
+    seqs = await setup.router.send("q", envelopes(*(Message(f"m{i}") for i in range(5))), 30.0, ("p", 0))
+    assert {partition_of(s) for s in seqs} == {start}
+    assert sum(setup.counts()) == 5, "the retry on the same partition was recognized"
+
+
+async def test_an_unkeyed_batch_moves_on_when_its_partition_stays_away() -> None:
+    setup = Setup()
+    setup.create()
+    start = spread_start(("p", 0), PARTITIONS)
+    setup.channel.down.add(start)
+    seqs = await setup.router.send("q", envelopes(*(Message(f"m{i}") for i in range(5))), 60.0, ("p", 0))
+    assert len({partition_of(s) for s in seqs}) == 1 and partition_of(seqs[0]) != start
+    assert UNKEYED_SETTLE_S <= sum(setup.slept) < UNKEYED_SETTLE_S + 2.0, "it kept to its partition for a while"
