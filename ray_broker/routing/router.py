@@ -40,9 +40,6 @@ UNKEYED_SETTLE_S = 10.0
 """How long an unkeyed tagged batch keeps to a partition that failed with it before moving on."""
 GATHER_WINDOW_S = 0.003
 """After the first waiting receive brings messages, how long the others get to bring theirs."""
-FETCH_SINGLE_HOST = 100
-"""How many messages a waiting receive on an entity's only partition may bring back at once
-(with several partitions each brings one; the receive then gathers the rest)."""
 DATA_OPERATIONS = frozenset({"send", "cancel_scheduled", "receive", "settle", "close_receiver", "receive_deferred",
                              "peek", "accept_session", "session_call"})
 """The router methods that clients call; everything else a gateway serves is management."""
@@ -399,11 +396,13 @@ class Router:
         """Wait on every host partition at once with receives that carry the messages that wake
         them, until one brings some or `timeout` passes (then, when more than one message is
         `wanted`, `GATHER_WINDOW_S` more for the others); what they bring lands in the receiver's
-        cache. Waits still under way stay with the receiver (the next receive, or its close,
+        cache. On an entity's only partition a wait brings what the receive wants; on several, one
+        message each (the receive then gathers the rest), so a receiver never locks much more than
+        it asked for. Waits still under way stay with the receiver (the next receive, or its close,
         collects them), so nothing they lock is lost."""
         name = definition["name"]
         watch_for = min(timeout, WATCH_TIMEOUT_S)
-        count = 1 if len(hosts) > 1 else FETCH_SINGLE_HOST
+        count = 1 if len(hosts) > 1 else wanted
         now = self.clock()
         for k in hosts:
             if k not in state.watches and self.health.available(k, now):

@@ -69,17 +69,18 @@ def test_waits_under_way_end_when_the_receiver_closes(namespace: rb.Namespace, q
             receiver.complete_message(message)
 
 
-def test_a_single_host_wait_brings_a_batch_and_close_releases_the_rest(namespace: rb.Namespace,
-                                                                        queue_name: str) -> None:
+def test_a_wait_locks_only_what_the_receive_wants(namespace: rb.Namespace, queue_name: str) -> None:
+    """On an entity's only partition, the wake-up brings what the waiting receive asked for and no
+    more: the other messages stay free for other receivers at once."""
     namespace.create_queue(queue_name)
     waiting = namespace.get_queue_receiver(queue_name, max_wait_time=20)
     got = receive_one_while(waiting, lambda: send(namespace, queue_name, [rb.Message(f"m{i}") for i in range(3)]))
     assert len(got) == 1
-    waiting.complete_message(got[0])
-    waiting.close()
-    with namespace.get_queue_receiver(queue_name, max_wait_time=5) as receiver:
-        rest = receiver.receive_messages(5, max_wait_time=5)
+    with namespace.get_queue_receiver(queue_name, max_wait_time=5) as other:
+        rest = other.receive_messages(5, max_wait_time=5)
         assert sorted(m.body for m in rest) == sorted({b"m0", b"m1", b"m2"} - {got[0].body})
         assert all(m.delivery_count == 1 for m in rest)
         for message in rest:
-            receiver.complete_message(message)
+            other.complete_message(message)
+    waiting.complete_message(got[0])
+    waiting.close()
