@@ -74,22 +74,30 @@ def cmd_start(args: argparse.Namespace) -> int:
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
-    """Stop a namespace (optionally deleting its data), and with --ray the Ray head `start` started."""
+    """Stop a namespace (optionally deleting its data), and with --ray the Ray head `start` started
+    (that head is stopped even when the namespace cannot be reached)."""
     import ray
 
     import ray_broker as rb
     from .client.lifecycle import cluster_address, ensure_ray, running_config
     from .ray_head import started_head, stop_head
 
-    address = cluster_address(args.address)
-    if address is not None:
-        ensure_ray(address)
-        outcome = "stopped" if running_config(args.namespace) is not None else "was not running"
-        rb.stop(args.namespace, delete_data=args.delete_data)
-        ray.shutdown()
-        print(f"namespace {args.namespace!r} {outcome}" + ("; its data is deleted" if args.delete_data else ""))
-    else:
-        print("no Ray cluster is running here; nothing to stop")
+    status = 0
+    try:
+        address = cluster_address(args.address)
+        if address is not None:
+            ensure_ray(address)
+            outcome = "stopped" if running_config(args.namespace) is not None else "was not running"
+            rb.stop(args.namespace, delete_data=args.delete_data)
+            ray.shutdown()
+            print(f"namespace {args.namespace!r} {outcome}" + ("; its data is deleted" if args.delete_data else ""))
+        else:
+            print("no Ray cluster is running here; nothing to stop")
+    except (ServiceBusError, ConnectionError) as exc:
+        if not args.ray:
+            raise
+        print(f"error: {exc}", file=sys.stderr)
+        status = 1
     if args.ray:
         head = started_head()
         if head is None:
@@ -97,7 +105,7 @@ def cmd_stop(args: argparse.Namespace) -> int:
         else:
             stop_head(head)
             print(f"Ray head at {head.address} (pid {head.pid}) stopped; other Ray clusters left running")
-    return 0
+    return status
 
 
 def cmd_status(args: argparse.Namespace) -> int:

@@ -127,19 +127,21 @@ def cluster_address(address: str | None = None) -> str | None:
     """The Ray cluster to join, or None when none is named or running here (a new local Ray then).
 
     `address` wins ("local" forces a new local Ray; "auto" means this machine's `ray start` head),
-    then `RAY_ADDRESS`, then this machine's running `ray start` head.
+    then `RAY_ADDRESS`, then this machine's running `ray start` head. That head is returned as
+    "auto", because only Ray's "auto" join presents the machine's Ray auth token
+    (`~/.ray/auth_token`) without `RAY_AUTH_MODE=token` set.
     """
     wanted = address or os.environ.get("RAY_ADDRESS") or None
     if wanted == "local":
         return None
-    if wanted in (None, "auto"):
-        head = local_head_address()
-        if head is None and wanted == "auto":
+    head = local_head_address() if wanted in (None, "auto") or wanted == local_head_address() else None
+    if wanted in (None, "auto") and head is None:
+        if wanted == "auto":
             raise ClusterUnreachableError(
                 "address='auto' names the Ray cluster that `ray start` started on this machine, and none is running: "
                 "start one (`ray-broker start` or `ray start --head`) or give the cluster's address")
-        return head
-    return wanted
+        return None
+    return "auto" if head is not None else wanted
 
 
 def check_reachable(address: str, timeout: float = REACH_TIMEOUT_S) -> None:
@@ -170,7 +172,7 @@ def ensure_ray(address: str | None = None) -> None:
         logger.info("started an embedded local Ray (it lives as long as this process); message batches up to "
                     "%d bytes travel inline with their calls", LOCAL_RAY_SYSTEM_CONFIG["max_direct_call_object_size"])
         return
-    check_reachable(target)
+    check_reachable(local_head_address() or target if target == "auto" else target)
     ray.init(address=target, namespace=RAY_NAMESPACE, log_to_driver=False, logging_level=logging.ERROR)
     logger.info("joined the Ray cluster at %s; it keeps its own inline object limit (the library sets one "
                 "only on a Ray it starts)", target)

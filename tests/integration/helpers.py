@@ -64,8 +64,9 @@ def drain(receiver: rb.Receiver, *, expected: int | None = None, wait: float = 2
 def isolated_env(ray_tmpdir: str, broker_home: str) -> dict[str, str]:
     """The environment for a separate driver process that must find no Ray but the ones it is told
     of: no RAY_ADDRESS, its own Ray temp dir (so no other `ray start` head on this machine is
-    found) and its own broker home."""
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    found) and its own broker home; and no RAY_AUTH_MODE (which a local Ray sets in the process
+    that starts it), so that it joins a cluster as a user's shell would."""
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_AUTH_MODE")}
     env.update(RAY_TMPDIR=ray_tmpdir, RAY_BROKER_HOME=broker_home, PYTHONUNBUFFERED="1")
     return env
 
