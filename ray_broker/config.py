@@ -1,6 +1,8 @@
 """A namespace's fixed configuration, persisted beside its stores."""
 from __future__ import annotations
 
+import hashlib
+import hmac
 import os
 import re
 from dataclasses import asdict, dataclass
@@ -8,7 +10,7 @@ from typing import Any
 
 from . import codec
 from .engine.store import DURABILITY_MODES
-from .errors import InvalidArgumentError, InvalidOperationError
+from .errors import InvalidArgumentError, InvalidOperationError, UnauthorizedError
 from .sku import get_sku, partition_count_for
 
 RAY_NAMESPACE = "ray_broker"
@@ -34,6 +36,8 @@ class NamespaceConfig:
 
     Stores in a local `data_dir` live on the node that starts the namespace, so each start pins
     the partitions to that node's current id (Ray gives a node a new id when it restarts)."""
+    auth_token_hash: str | None = None
+    """SHA-256 of the token every client must present (`auth_token`), or None for none."""
 
     def partition_name(self, index: int) -> str:
         """The Ray actor name of partition `index`."""
@@ -49,6 +53,33 @@ class NamespaceConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+AUTH_TOKEN_ENV = "RAY_BROKER_AUTH_TOKEN"
+
+
+def token_hash(auth_token: str | None) -> str | None:
+    """The hash a namespace keeps of `auth_token` (else of `$RAY_BROKER_AUTH_TOKEN`), or None."""
+    token = auth_token if auth_token is not None else os.environ.get(AUTH_TOKEN_ENV) or None
+    if token is None:
+        return None
+    if not isinstance(token, str) or not token:
+        raise InvalidArgumentError(f"auth_token must be a non-empty str, got {type(token).__name__}")
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+def check_auth_token(config: NamespaceConfig, auth_token: str | None) -> None:
+    """Raise `UnauthorizedError` unless `auth_token` (else `$RAY_BROKER_AUTH_TOKEN`) is the token
+    namespace `config` was started with (a namespace started without one takes any client)."""
+    if config.auth_token_hash is None:
+        return
+    presented = token_hash(auth_token)
+    if presented is None:
+        raise UnauthorizedError(f"namespace {config.name!r} requires an auth token: pass auth_token= or set "
+                                f"{AUTH_TOKEN_ENV}")
+    if not hmac.compare_digest(presented, config.auth_token_hash):
+        raise UnauthorizedError(f"the auth token presented for namespace {config.name!r} is not the one it was "
+                                "started with; use that token")
 
 
 def check_namespace_name(name: Any) -> str:
@@ -82,7 +113,7 @@ def is_shared_filesystem(path: str) -> bool:
 
 
 def plan_config(name: str, *, sku: str, partitions: int | None, data_dir: str | None, gateways: int,
-                durability: str, node_id: str | None) -> NamespaceConfig:
+                durability: str, node_id: str | None, auth_token_hash: str | None = None) -> NamespaceConfig:
     """Validate `start` arguments and reconcile them with a configuration already on disk (read only)."""
     check_namespace_name(name)
     tier = get_sku(sku)
@@ -92,7 +123,7 @@ def plan_config(name: str, *, sku: str, partitions: int | None, data_dir: str | 
     if durability not in DURABILITY_MODES:
         raise InvalidArgumentError(f"durability must be one of {', '.join(DURABILITY_MODES)}, got {durability!r}")
     if durability == "memory":
-        return NamespaceConfig(name, tier.name, count, None, durability, gateways, None)
+        return NamespaceConfig(name, tier.name, count, None, durability, gateways, None, auth_token_hash)
     directory = os.path.abspath(os.path.expanduser(data_dir or default_data_dir(name)))
     pin = None if is_shared_filesystem(directory) else node_id
     stored = load_config(directory)
@@ -102,7 +133,7 @@ def plan_config(name: str, *, sku: str, partitions: int | None, data_dir: str | 
                 f"namespace {name!r} in {directory} was created as sku={stored.sku!r} with "
                 f"{stored.partition_count} partitions; the partition count and tier can never change "
                 f"(asked for sku={tier.name!r}, {count} partitions). Use another name or data_dir.")
-    return NamespaceConfig(name, tier.name, count, directory, durability, gateways, pin)
+    return NamespaceConfig(name, tier.name, count, directory, durability, gateways, pin, auth_token_hash)
 
 
 def save_config(config: NamespaceConfig) -> None:

@@ -23,20 +23,24 @@ T = TypeVar("T")
 
 
 async def start(name: str, *, sku: str = "standard", partitions: int | None = None, data_dir: str | None = None,
-                gateways: int = 1, durability: str = "normal", address: str | None = None) -> Namespace:
+                gateways: int = 1, durability: str = "normal", address: str | None = None,
+                auth_token: str | None = None) -> Namespace:
     """`ray_broker.start`, awaited: start a namespace (or return the running one of that name).
 
     Ray object refs are awaited on this loop; joining or starting Ray and creating the actors,
     which Ray offers no awaitable form of, run in a worker thread.
     """
     return Namespace(await run_awaiting(start_flow(name, sku=sku, partitions=partitions, data_dir=data_dir,
-                                                   gateways=gateways, durability=durability, address=address)))
+                                                   gateways=gateways, durability=durability, address=address,
+                                                   auth_token=auth_token)))
 
 
-async def connect(name: str, *, address: str | None = None) -> Namespace:
-    """`ray_broker.connect`, awaited: attach to a running namespace (`NamespaceNotRunningError` if none)."""
+async def connect(name: str, *, address: str | None = None, auth_token: str | None = None) -> Namespace:
+    """`ray_broker.connect`, awaited: attach to a running namespace (`NamespaceNotRunningError` if none,
+    `UnauthorizedError` without its auth token)."""
     return Namespace(await run_awaiting(connect_flow(name, address,
-                                                     how_to_start=f"await ray_broker.aio.start({name!r})")))
+                                                     how_to_start=f"await ray_broker.aio.start({name!r})",
+                                                     auth_token=auth_token)))
 
 
 async def stop(name: str, *, delete_data: bool = False) -> None:

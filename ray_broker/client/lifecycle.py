@@ -28,7 +28,16 @@ from typing import Any, Callable, Generator, TypeVar, Union
 import ray
 from ray.exceptions import GetTimeoutError
 
-from ..config import RAY_NAMESPACE, NamespaceConfig, check_namespace_name, load_config, plan_config, save_config
+from ..config import (
+    RAY_NAMESPACE,
+    NamespaceConfig,
+    check_auth_token,
+    check_namespace_name,
+    load_config,
+    plan_config,
+    save_config,
+    token_hash,
+)
 from ..engine.store_lock import holder_of, refusal
 from ..errors import ClusterUnreachableError, NamespaceNotRunningError
 from ..sku import get_sku
@@ -219,26 +228,32 @@ def ray_flow(address: str | None = None) -> LifecycleFlow[None]:
 
 
 def start_flow(name: str, *, sku: str, partitions: int | None, data_dir: str | None, gateways: int,
-               durability: str, address: str | None) -> LifecycleFlow[NamespaceConfig]:
-    """Start namespace `name` (or find it running) and return its configuration."""
+               durability: str, address: str | None, auth_token: str | None = None) -> LifecycleFlow[NamespaceConfig]:
+    """Start namespace `name` (or find it running, if `auth_token` is its token) and return its
+    configuration."""
     from actors.deploy import deploy
 
     check_namespace_name(name)
     get_sku(sku)
+    required = token_hash(auth_token)
     yield from ray_flow(address)
     running = yield from running_config_flow(name)
     if running is not None:
+        check_auth_token(running, auth_token)
         return running
     config = plan_config(name, sku=sku, partitions=partitions, data_dir=data_dir, gateways=gateways,
-                         durability=durability, node_id=ray.get_runtime_context().get_node_id())
+                         durability=durability, node_id=ray.get_runtime_context().get_node_id(),
+                         auth_token_hash=required)
     yield from stores_free_flow(config)
     save_config(config)
     yield Blocking(deploy, (config,))
     return config
 
 
-def connect_flow(name: str, address: str | None, how_to_start: str) -> LifecycleFlow[NamespaceConfig]:
-    """The configuration of running namespace `name`; `how_to_start` words the hint when it is not."""
+def connect_flow(name: str, address: str | None, how_to_start: str,
+                 auth_token: str | None = None) -> LifecycleFlow[NamespaceConfig]:
+    """The configuration of running namespace `name`, once `auth_token` is checked against it;
+    `how_to_start` words the hint when it is not running."""
     check_namespace_name(name)
     if not ray.is_initialized():
         target = cluster_address(address)
@@ -249,6 +264,7 @@ def connect_flow(name: str, address: str | None, how_to_start: str) -> Lifecycle
     config = yield from running_config_flow(name)
     if config is None:
         raise _not_running(name, f"on the Ray cluster at {ray.get_runtime_context().gcs_address}", how_to_start)
+    check_auth_token(config, auth_token)
     return config
 
 
@@ -270,9 +286,10 @@ def start_namespace(name: str, **options: Any) -> NamespaceConfig:
     return run_blocking(start_flow(name, **options))
 
 
-def connect_namespace(name: str, address: str | None, how_to_start: str) -> NamespaceConfig:
+def connect_namespace(name: str, address: str | None, how_to_start: str,
+                      auth_token: str | None = None) -> NamespaceConfig:
     """`connect_flow`, in this thread."""
-    return run_blocking(connect_flow(name, address, how_to_start))
+    return run_blocking(connect_flow(name, address, how_to_start, auth_token))
 
 
 def stop_namespace(name: str, *, delete_data: bool) -> None:

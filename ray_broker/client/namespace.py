@@ -20,20 +20,25 @@ T = TypeVar("T")
 
 
 def start(name: str, *, sku: str = "standard", partitions: int | None = None, data_dir: str | None = None,
-          gateways: int = 1, durability: str = "normal", address: str | None = None) -> Namespace:
+          gateways: int = 1, durability: str = "normal", address: str | None = None,
+          auth_token: str | None = None) -> Namespace:
     """Start a namespace (or return the running one of that name): its partitions and gateways.
 
     Joins the Ray cluster that `address`, `RAY_ADDRESS` or this machine's `ray start` head names,
     else starts an embedded local Ray that lives as long as this process. Raises `StoreLockedError`
-    before creating anything when another process (another Ray cluster) holds the stores.
+    before creating anything when another process (another Ray cluster) holds the stores. With
+    `auth_token` (or `$RAY_BROKER_AUTH_TOKEN`), every client must present that token to connect
+    (`UnauthorizedError` otherwise), a later `start` of the running namespace included.
     """
     return Namespace(start_namespace(name, sku=sku, partitions=partitions, data_dir=data_dir, gateways=gateways,
-                                     durability=durability, address=address))
+                                     durability=durability, address=address, auth_token=auth_token))
 
 
-def connect(name: str, *, address: str | None = None) -> Namespace:
-    """Attach to a running namespace from any driver, task or actor (`NamespaceNotRunningError` if none)."""
-    return Namespace(connect_namespace(name, address, how_to_start=f"ray_broker.start({name!r})"))
+def connect(name: str, *, address: str | None = None, auth_token: str | None = None) -> Namespace:
+    """Attach to a running namespace from any driver, task or actor (`NamespaceNotRunningError` if none;
+    `UnauthorizedError` unless `auth_token`, else `$RAY_BROKER_AUTH_TOKEN`, is its token, if it has one)."""
+    return Namespace(connect_namespace(name, address, how_to_start=f"ray_broker.start({name!r})",
+                                       auth_token=auth_token))
 
 
 def stop(name: str, *, delete_data: bool = False) -> None:

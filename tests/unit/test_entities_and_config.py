@@ -262,3 +262,25 @@ def test_a_restarted_namespace_pins_partitions_to_the_current_node(tmp_path: Pat
                         durability="normal", node_id="node-after-restart")
     assert first.node_id == "node-before-restart"
     assert again.node_id == "node-after-restart"
+
+
+def test_auth_tokens_are_kept_as_hashes_and_checked(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from ray_broker.config import AUTH_TOKEN_ENV, check_auth_token, token_hash
+    from ray_broker.errors import UnauthorizedError
+
+    monkeypatch.delenv(AUTH_TOKEN_ENV, raising=False)
+    cfg = plan_config("tok", sku="standard", partitions=None, data_dir=str(tmp_path), gateways=1,
+                      durability="normal", node_id=None, auth_token_hash=token_hash("s3cret"))
+    assert cfg.auth_token_hash is not None and "s3cret" not in str(cfg.to_dict())
+    check_auth_token(cfg, "s3cret")
+    with pytest.raises(UnauthorizedError, match="requires an auth token"):
+        check_auth_token(cfg, None)
+    with pytest.raises(UnauthorizedError, match="not the one"):
+        check_auth_token(cfg, "other")
+    monkeypatch.setenv(AUTH_TOKEN_ENV, "s3cret")
+    check_auth_token(cfg, None)
+    open_cfg = plan_config("open", sku="standard", partitions=None, data_dir=str(tmp_path / "o"), gateways=1,
+                           durability="memory", node_id=None)
+    check_auth_token(open_cfg, None)
+    with pytest.raises(InvalidArgumentError):
+        token_hash("")
