@@ -140,17 +140,23 @@ def cluster_address(address: str | None = None) -> str | None:
     "auto", because only Ray's "auto" join presents the machine's Ray auth token
     (`~/.ray/auth_token`) without `RAY_AUTH_MODE=token` set.
     """
+    return _resolve(address)[0]
+
+
+def _resolve(address: str | None) -> tuple[str | None, str | None]:
+    """`(what to pass to ray.init, the host:port to probe first)` for `address` (see
+    `cluster_address`); this machine's processes are searched for its head once."""
     wanted = address or os.environ.get("RAY_ADDRESS") or None
     if wanted == "local":
-        return None
-    head = local_head_address() if wanted in (None, "auto") or wanted == local_head_address() else None
-    if wanted in (None, "auto") and head is None:
-        if wanted == "auto":
+        return None, None
+    head = local_head_address()
+    if wanted in (None, "auto"):
+        if head is None and wanted == "auto":
             raise ClusterUnreachableError(
                 "address='auto' names the Ray cluster that `ray start` started on this machine, and none is running: "
                 "start one (`ray-broker start` or `ray start --head`) or give the cluster's address")
-        return None
-    return "auto" if head is not None else wanted
+        return ("auto", head) if head is not None else (None, None)
+    return ("auto", head) if wanted == head else (wanted, wanted)
 
 
 def check_reachable(address: str, timeout: float = REACH_TIMEOUT_S) -> None:
@@ -174,14 +180,14 @@ def ensure_ray(address: str | None = None) -> None:
     """Join the cluster `cluster_address(address)` names, or start a local Ray; nothing if Ray is up."""
     if ray.is_initialized():
         return
-    target = cluster_address(address)
-    if target is None:
+    target, probe = _resolve(address)
+    if target is None or probe is None:
         ray.init(address="local", namespace=RAY_NAMESPACE, include_dashboard=False, log_to_driver=False,
                  configure_logging=False, _system_config=LOCAL_RAY_SYSTEM_CONFIG)
         logger.info("started an embedded local Ray (it lives as long as this process); message batches up to "
                     "%d bytes travel inline with their calls", LOCAL_RAY_SYSTEM_CONFIG["max_direct_call_object_size"])
         return
-    check_reachable(local_head_address() or target if target == "auto" else target)
+    check_reachable(probe)
     ray.init(address=target, namespace=RAY_NAMESPACE, log_to_driver=False, logging_level=logging.ERROR)
     logger.info("joined the Ray cluster at %s; it keeps its own inline object limit (the library sets one "
                 "only on a Ray it starts)", target)
