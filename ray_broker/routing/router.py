@@ -210,7 +210,7 @@ class Router:
         partition that stays away longer can leave a copy behind (at-least-once, as Service Bus).
         """
         name = definition["name"]
-        sent_to: int | None = None
+        doubted = False
         while True:
             order = self.health.order([(start + j) % self.count for j in range(self.count)], self.clock())
             for k in order:
@@ -220,12 +220,11 @@ class Router:
                 try:
                     seqs = await self.call_one(k, "send", name, batch, producer, timeout=remaining)
                 except PartitionUnavailable:
-                    if sent_to is None and producer is not None:
-                        sent_to = k
-                        seqs = await self._settle_doubt(k, name, batch, producer, deadline)
-                        if seqs is None:
-                            continue
-                    else:
+                    if doubted or producer is None:
+                        continue
+                    doubted = True
+                    seqs = await self._settle_doubt(k, name, batch, producer, deadline)
+                    if seqs is None:
                         continue
                 self._place(result, indexes, seqs, definition, k)
                 return
