@@ -29,6 +29,7 @@ __all__ = [
     "ClusterUnreachableError",
     "MessageAlreadySettled",
     "unwrap_remote_error",
+    "RuleSyntaxError",
 ]
 
 
@@ -154,3 +155,21 @@ def unwrap_remote_error(exc: BaseException) -> BaseException:
         exc = cause
         seen += 1
     return exc
+
+
+class RuleSyntaxError(InvalidArgumentError):
+    """A SQL filter or SQL rule action cannot be parsed.
+
+    `expression` is the text, `line` and `column` (1-based) where the problem is; the message says
+    what was expected there.
+    """
+
+    def __init__(self, message: str, *, expression: str | None = None, line: int | None = None,
+                 column: int | None = None, entity: str | None = None, partition: int | None = None) -> None:
+        super().__init__(message, entity=entity, partition=partition)
+        self.expression = expression
+        self.line = line
+        self.column = column
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.message,), dict(self.__dict__))
