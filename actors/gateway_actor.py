@@ -17,12 +17,25 @@ from typing import Any
 import ray
 
 from ray_broker.config import NamespaceConfig
-from ray_broker.entities import IMMUTABLE_QUEUE_OPTIONS, normalize_queue_options
+from ray_broker.entities import (
+    IMMUTABLE_QUEUE_OPTIONS,
+    IMMUTABLE_SUBSCRIPTION_OPTIONS,
+    IMMUTABLE_TOPIC_OPTIONS,
+    INHERITED_TOPIC_OPTIONS,
+    SUBSCRIPTIONS_SEGMENT,
+    normalize_queue_options,
+    normalize_subscription_options,
+    normalize_topic_options,
+    subscription_path,
+)
 from ray_broker.errors import (
+    InvalidArgumentError,
     InvalidOperationError,
     MessagingEntityAlreadyExistsError,
+    MessagingEntityNotFoundError,
     QuotaExceededError,
 )
+from ray_broker.filters import rule_from_wire, rule_to_wire
 from ray_broker.routing import planner
 from ray_broker.routing.channel import PartitionUnavailable
 from ray_broker.routing.ray_channel import RayChannel
@@ -32,9 +45,13 @@ from ray_broker.sku import MAX_ENTITIES, get_sku
 from .handles import partition_actor
 
 SWEEP_INTERVAL_S = 30.0
-ADMIN_OPERATIONS = frozenset({"definition", "create_entity", "update_entity", "delete_entity", "list_entities",
-                              "runtime", "routing_table", "partition_failed"})
+ADMIN_OPERATIONS = frozenset({"definition", "create_entity", "create_subscription", "update_entity", "delete_entity",
+                              "list_entities", "add_rule", "remove_rule", "runtime", "routing_table",
+                              "partition_failed"})
 """The management operations a gateway serves itself (data operations go to its router)."""
+MAX_SUBSCRIPTIONS_PER_TOPIC = 2000
+IMMUTABLE_OPTIONS = {"queue": IMMUTABLE_QUEUE_OPTIONS, "topic": IMMUTABLE_TOPIC_OPTIONS,
+                     "subscription": IMMUTABLE_SUBSCRIPTION_OPTIONS}
 
 
 class GatewayHandles:
@@ -97,58 +114,107 @@ class Gateway:
         return await self.router.definition(name, fresh)
 
     async def create_entity(self, kind: str, name: str, options: dict[str, Any], timeout: float) -> dict[str, Any]:
-        """Create a queue on every partition, after the tier, quota and uniqueness checks."""
-        options = normalize_queue_options(options)
+        """Create a queue or topic on every partition, after the tier, quota and uniqueness checks."""
+        if kind == "topic":
+            self.sku.require("topics", name)
+            options = normalize_topic_options(options)
+        else:
+            options = normalize_queue_options(options)
+        if SUBSCRIPTIONS_SEGMENT in name.lower():
+            raise InvalidArgumentError(f"{kind} name {name!r} contains {SUBSCRIPTIONS_SEGMENT!r}, which names "
+                                       "subscriptions; choose another name", entity=name)
         self._check_features(name, options)
         if self.sku.all_entities_partitioned:
             options["enable_partitioning"] = True
-        existing = await self.router.any("list_entities")
-        clash = next((d for d in existing if d["name"].lower() == name.lower()), None)
-        if clash is not None:
-            raise MessagingEntityAlreadyExistsError(
-                f"{clash['kind']} {clash['name']!r} already exists; names are unique regardless of case", entity=name)
-        if len(existing) >= MAX_ENTITIES:
+        existing = await self._check_new(name)
+        counted = [d for d in existing if d["kind"] != "subscription"]
+        if len(counted) >= MAX_ENTITIES:
             raise QuotaExceededError(f"namespace {self.config.name!r} already holds {MAX_ENTITIES} queues and topics; "
                                      "delete some before creating more", entity=name)
         quota = self.sku.partitioned_entity_quota
         if options["enable_partitioning"] and quota is not None:
-            partitioned = sum(1 for d in existing if d["options"].get("enable_partitioning"))
+            partitioned = sum(1 for d in counted if d["options"].get("enable_partitioning"))
             if partitioned >= quota:
                 raise QuotaExceededError(
                     f"namespace {self.config.name!r} already holds {quota} partitioned queues and topics, the "
                     f"{self.sku.name} tier's limit; create {name!r} without enable_partitioning or delete one",
                     entity=name)
-        for target in (options["forward_to"], options["forward_dead_lettered_messages_to"]):
+        return await self._create({"name": name, "kind": kind, "options": options}, timeout)
+
+    async def create_subscription(self, topic: str, name: str, options: dict[str, Any], rule: dict[str, Any],
+                                  timeout: float) -> dict[str, Any]:
+        """Create a subscription of `topic` with its first rule, on every partition the topic lives on."""
+        topic_definition = await self._definition_of(topic, "topic")
+        options = normalize_subscription_options(options)
+        path = subscription_path(topic_definition["name"], name)
+        self._check_features(path, options)
+        existing = await self._check_new(path)
+        count = sum(1 for d in existing if d["kind"] == "subscription" and d["topic"].lower() == topic.lower())
+        if count >= MAX_SUBSCRIPTIONS_PER_TOPIC:
+            raise QuotaExceededError(f"topic {topic!r} already has {MAX_SUBSCRIPTIONS_PER_TOPIC} subscriptions; "
+                                     "delete some before creating more", entity=path)
+        inherited = {key: topic_definition["options"][key] for key in INHERITED_TOPIC_OPTIONS}
+        rule = {**rule_to_wire(rule_from_wire(rule)), "created_at": time.time()}
+        return await self._create({"name": path, "kind": "subscription", "topic": topic_definition["name"],
+                                   "subscription": name, "options": {**options, **inherited}, "rules": [rule]},
+                                  timeout)
+
+    async def _check_new(self, name: str) -> list[dict[str, Any]]:
+        """Every entity, after checking that none is named `name`."""
+        existing: list[dict[str, Any]] = await self.router.any("list_entities")
+        clash = next((d for d in existing if d["name"].lower() == name.lower()), None)
+        if clash is not None:
+            raise MessagingEntityAlreadyExistsError(
+                f"{clash['kind']} {clash['name']!r} already exists; names are unique regardless of case", entity=name)
+        return existing
+
+    async def _create(self, definition: dict[str, Any], timeout: float) -> dict[str, Any]:
+        for target in (definition["options"].get("forward_to"),
+                       definition["options"].get("forward_dead_lettered_messages_to")):
             if target is not None:
                 raise InvalidOperationError(
-                    f"auto-forwarding (to {target!r}) is not available in this version; create {name!r} without it",
-                    entity=name)
+                    f"auto-forwarding (to {target!r}) is not available in this version; create "
+                    f"{definition['name']!r} without it", entity=definition["name"])
         now = time.time()
-        definition = {"name": name, "kind": kind, "options": options, "incarnation": uuid.uuid4().hex,
-                      "created_at": now, "updated_at": now}
-        await self.router.everywhere("create_entity", definition, deadline=time.monotonic() + timeout, entity=name)
+        definition = {**definition, "incarnation": uuid.uuid4().hex, "created_at": now, "updated_at": now}
+        await self.router.everywhere("create_entity", definition, deadline=time.monotonic() + timeout,
+                                     entity=definition["name"])
         self.router.remember(definition)
         return definition
 
+    async def _definition_of(self, name: str, kind: str) -> dict[str, Any]:
+        """A fresh definition of an entity of `kind` (`MessagingEntityNotFoundError` for another kind)."""
+        definition = await self.definition(name, fresh=True)
+        if definition["kind"] != kind:
+            raise MessagingEntityNotFoundError(f"{name!r} is a {definition['kind']}, not a {kind}", entity=name)
+        return definition
+
     def _check_features(self, name: str, options: dict[str, Any]) -> None:
-        if options["requires_session"]:
+        if options.get("requires_session"):
             self.sku.require("sessions", name)
-        if options["requires_duplicate_detection"]:
+        if options.get("requires_duplicate_detection"):
             self.sku.require("duplicate detection", name)
-        if options["forward_to"] or options["forward_dead_lettered_messages_to"]:
+        if options.get("forward_to") or options.get("forward_dead_lettered_messages_to"):
             self.sku.require("auto-forwarding", name)
 
     async def update_entity(self, name: str, changes: dict[str, Any], timeout: float) -> dict[str, Any]:
         """Change an entity's settings on every partition."""
         current = await self.definition(name, fresh=True)
-        for key in IMMUTABLE_QUEUE_OPTIONS:
+        kind = current["kind"]
+        for key in IMMUTABLE_OPTIONS[kind]:
             if key in changes and changes[key] != current["options"][key]:
                 raise InvalidOperationError(
-                    f"{key} of {current['name']!r} cannot change after creation; create a new entity instead",
+                    f"{key} of {current['name']!r} cannot change after creation; create a new {kind} instead",
                     entity=name)
-        options = normalize_queue_options(changes, base=current["options"])
+        if kind == "topic":
+            options = normalize_topic_options(changes, base=current["options"])
+        elif kind == "subscription":
+            options = {**normalize_subscription_options(changes, base=current["options"]),
+                       **{key: current["options"][key] for key in INHERITED_TOPIC_OPTIONS}}
+        else:
+            options = normalize_queue_options(changes, base=current["options"])
         self._check_features(name, options)
-        for target in (options["forward_to"], options["forward_dead_lettered_messages_to"]):
+        for target in (options.get("forward_to"), options.get("forward_dead_lettered_messages_to")):
             if target is not None:
                 raise InvalidOperationError(
                     f"auto-forwarding (to {target!r}) is not available in this version", entity=name)
@@ -157,11 +223,35 @@ class Gateway:
         self.router.remember(definition)
         return definition
 
+    async def add_rule(self, subscription: str, rule: dict[str, Any], timeout: float) -> dict[str, Any]:
+        """Add a rule to a subscription on every partition; the rule as stored."""
+        definition = await self._definition_of(subscription, "subscription")
+        rule = {**rule_to_wire(rule_from_wire(rule)), "created_at": time.time()}
+        if any(r["name"].lower() == rule["name"].lower() for r in definition.get("rules", ())):
+            raise MessagingEntityAlreadyExistsError(
+                f"subscription {definition['name']!r} already has a rule named {rule['name']!r}; delete it first or "
+                "choose another name", entity=definition["name"])
+        await self.router.everywhere("add_rule", definition["name"], rule, deadline=time.monotonic() + timeout,
+                                     entity=definition["name"])
+        self.router.forget(definition["name"])
+        return rule
+
+    async def remove_rule(self, subscription: str, name: str, timeout: float) -> None:
+        """Remove a subscription's rule on every partition."""
+        definition = await self._definition_of(subscription, "subscription")
+        if not any(r["name"].lower() == name.lower() for r in definition.get("rules", ())):
+            raise MessagingEntityNotFoundError(f"subscription {definition['name']!r} has no rule named {name!r}",
+                                               entity=definition["name"])
+        await self.router.everywhere("remove_rule", definition["name"], name, deadline=time.monotonic() + timeout,
+                                     entity=definition["name"])
+        self.router.forget(definition["name"])
+
     async def delete_entity(self, name: str, timeout: float) -> None:
-        """Delete an entity and its messages on every partition."""
+        """Delete an entity and its messages on every partition (a topic's subscriptions with it)."""
         await self.definition(name, fresh=True)
         await self.router.everywhere("delete_entity", name, deadline=time.monotonic() + timeout, entity=name)
         self.router.forget(name)
+        self.router.forget_subscriptions(name)
 
     async def list_entities(self, kind: str) -> list[dict[str, Any]]:
         """Every entity of one kind, in name order."""

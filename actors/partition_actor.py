@@ -27,6 +27,8 @@ OPERATIONS: dict[str, bool] = {
     "delete_entity": False,
     "get_entity": False,
     "list_entities": False,
+    "add_rule": False,
+    "remove_rule": False,
     "send": True,
     "cancel_scheduled": False,
     "receive": False,

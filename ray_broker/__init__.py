@@ -1,4 +1,4 @@
-"""ray_broker: Service Bus partitioned queues as a runtime of Ray actors.
+"""ray_broker: Service Bus partitioned queues and topics as a runtime of Ray actors.
 
     import ray_broker as rb
     ns = rb.start("demo")
@@ -16,8 +16,17 @@ from typing import Any
 
 from . import errors
 from .client.core import MessageBatch
-from .entities import PartitionRuntimeProperties, QueueProperties, QueueRuntimeProperties
+from .entities import (
+    PartitionRuntimeProperties,
+    QueueProperties,
+    QueueRuntimeProperties,
+    SubscriptionProperties,
+    SubscriptionRuntimeProperties,
+    TopicProperties,
+    TopicRuntimeProperties,
+)
 from .errors import *  # noqa: F403 - the errors are part of the public namespace
+from .filters import CorrelationFilter, FalseFilter, RuleProperties, SqlFilter, SqlRuleAction, TrueFilter
 from .message import Message, ReceivedMessage
 from .protocol import NEXT_AVAILABLE_SESSION, MessageState, ReceiveMode, SubQueue
 from .routing import partition_of
@@ -43,6 +52,8 @@ def __dir__() -> list[str]:
 __all__ = [
     "start", "connect", "stop", "Namespace", "Sender", "Receiver", "ReceiverSession", "AutoLockRenewer", "MessageBatch",
     "Message", "ReceivedMessage", "MessageState", "ReceiveMode", "SubQueue", "NEXT_AVAILABLE_SESSION",
-    "QueueProperties", "QueueRuntimeProperties", "PartitionRuntimeProperties", "partition_of", "errors",
+    "QueueProperties", "QueueRuntimeProperties", "PartitionRuntimeProperties", "TopicProperties",
+    "TopicRuntimeProperties", "SubscriptionProperties", "SubscriptionRuntimeProperties", "RuleProperties",
+    "SqlFilter", "CorrelationFilter", "TrueFilter", "FalseFilter", "SqlRuleAction", "partition_of", "errors",
     *errors.__all__,
 ]

@@ -92,17 +92,91 @@ def _positive_int(name: str, value: Any, high: int) -> int:
     return value
 
 
+TOPIC_DEFAULTS: dict[str, Any] = {
+    "enable_partitioning": False,
+    "requires_duplicate_detection": False,
+    "duplicate_detection_history_time_window": 600.0,
+    "default_message_time_to_live": None,
+    "max_size_in_megabytes": 1024,
+    "status": "Active",
+    "user_metadata": None,
+}
+TOPIC_STATUSES = ("Active", "Disabled", "SendDisabled")
+IMMUTABLE_TOPIC_OPTIONS = ("enable_partitioning", "requires_duplicate_detection")
+TOPIC_ENGINE_OPTIONS: dict[str, Any] = {"requires_session": False}
+"""What the engine reads of every entity that a topic, which holds no receivable messages, has fixed."""
+
+SUBSCRIPTION_DEFAULTS: dict[str, Any] = {
+    "requires_session": False,
+    "lock_duration": 60.0,
+    "max_delivery_count": 10,
+    "default_message_time_to_live": None,
+    "dead_lettering_on_message_expiration": False,
+    "dead_lettering_on_filter_evaluation_exceptions": True,
+    "forward_to": None,
+    "forward_dead_lettered_messages_to": None,
+    "status": "Active",
+    "user_metadata": None,
+}
+SUBSCRIPTION_STATUSES = ("Active", "Disabled", "ReceiveDisabled")
+IMMUTABLE_SUBSCRIPTION_OPTIONS = ("requires_session",)
+INHERITED_TOPIC_OPTIONS = ("enable_partitioning", "requires_duplicate_detection",
+                           "duplicate_detection_history_time_window", "max_size_in_megabytes")
+"""A subscription's options that come from its topic: it lives where the topic lives."""
+MAX_SUBSCRIPTION_NAME_LENGTH = 50
+SUBSCRIPTIONS_SEGMENT = "/subscriptions/"
+
+
+def subscription_path(topic_name: str, subscription_name: str) -> str:
+    """The entity path of a subscription: `<topic>/subscriptions/<subscription>`."""
+    return f"{topic_name}{SUBSCRIPTIONS_SEGMENT}{subscription_name}"
+
+
+def check_subscription_name(name: Any) -> str:
+    """Validate a subscription name: 1-50 of letters, digits, '.', '-', '_' (no '/')."""
+    check_entity_name(name, "subscription")
+    if "/" in name or len(name) > MAX_SUBSCRIPTION_NAME_LENGTH:
+        raise InvalidArgumentError(f"subscription name {name!r} is invalid: use 1 to {MAX_SUBSCRIPTION_NAME_LENGTH} "
+                                   "letters, digits, '.', '-' and '_' (no '/')")
+    return name
+
+
 def normalize_queue_options(options: Mapping[str, Any], *, base: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Validate queue options and return them in wire form (durations in seconds).
 
     `base` holds the current options when updating (options it lacks take their defaults);
     unknown keys are rejected.
     """
-    result = {**QUEUE_DEFAULTS, **(base or {})}
+    return _normalize("queue", QUEUE_DEFAULTS, QUEUE_STATUSES, options, base)
+
+
+def normalize_topic_options(options: Mapping[str, Any], *, base: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Validate topic options and return them in wire form (as `normalize_queue_options`; the
+    options a topic has fixed, `TOPIC_ENGINE_OPTIONS`, may come back in with their values)."""
+    user = {k: v for k, v in (base or {}).items() if k in TOPIC_DEFAULTS}
+    given = {k: v for k, v in options.items() if TOPIC_ENGINE_OPTIONS.get(k, not v) != v}
+    return {**_normalize("topic", TOPIC_DEFAULTS, TOPIC_STATUSES, given, user), **TOPIC_ENGINE_OPTIONS}
+
+
+def normalize_subscription_options(options: Mapping[str, Any], *,
+                                   base: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Validate subscription options and return them in wire form (as `normalize_queue_options`;
+    the options a subscription takes from its topic are not among them)."""
+    user = {k: v for k, v in (base or {}).items() if k in SUBSCRIPTION_DEFAULTS}
+    return _normalize("subscription", SUBSCRIPTION_DEFAULTS, SUBSCRIPTION_STATUSES, options, user)
+
+
+_FLAGS = ("enable_partitioning", "requires_session", "requires_duplicate_detection",
+          "dead_lettering_on_message_expiration", "dead_lettering_on_filter_evaluation_exceptions")
+
+
+def _normalize(kind: str, defaults: Mapping[str, Any], statuses: tuple[str, ...], options: Mapping[str, Any],
+               base: Mapping[str, Any] | None) -> dict[str, Any]:
+    result = {**defaults, **(base or {})}
     for key, value in options.items():
-        if key not in QUEUE_DEFAULTS:
-            raise InvalidArgumentError(f"unknown queue option {key!r}; known options: {', '.join(QUEUE_DEFAULTS)}")
-        if key in ("enable_partitioning", "requires_session", "requires_duplicate_detection", "dead_lettering_on_message_expiration"):
+        if key not in defaults:
+            raise InvalidArgumentError(f"unknown {kind} option {key!r}; known options: {', '.join(defaults)}")
+        if key in _FLAGS:
             result[key] = _flag(key, value)
         elif key == "duplicate_detection_history_time_window":
             result[key] = _seconds(key, value, MIN_DUP_WINDOW_SECONDS, MAX_DUP_WINDOW_SECONDS)
@@ -117,8 +191,8 @@ def normalize_queue_options(options: Mapping[str, Any], *, base: Mapping[str, An
         elif key in ("forward_to", "forward_dead_lettered_messages_to"):
             result[key] = None if value is None else check_entity_name(value, key)
         elif key == "status":
-            if value not in QUEUE_STATUSES:
-                raise InvalidArgumentError(f"status must be one of {', '.join(QUEUE_STATUSES)}, got {value!r}")
+            if value not in statuses:
+                raise InvalidArgumentError(f"a {kind}'s status must be one of {', '.join(statuses)}, got {value!r}")
             result[key] = value
         elif key == "user_metadata":
             if value is not None and (not isinstance(value, str) or len(value) > MAX_USER_METADATA_LENGTH):
@@ -252,3 +326,109 @@ class QueueRuntimeProperties:
             props.created_at_utc = to_datetime(definition.get("created_at"))
             props.updated_at_utc = to_datetime(definition.get("updated_at"))
         return props
+
+
+@dataclass
+class TopicProperties:
+    """A topic's settings, as `create_topic`, `get_topic` and `list_topics` return them."""
+
+    name: str
+    enable_partitioning: bool = False
+    requires_duplicate_detection: bool = False
+    duplicate_detection_history_time_window: timedelta = timedelta(minutes=10)
+    default_message_time_to_live: timedelta | None = None
+    max_size_in_megabytes: int = 1024
+    status: str = "Active"
+    user_metadata: str | None = None
+    auto_delete_on_idle: timedelta = timedelta.max
+    max_message_size_in_kilobytes: int = 256
+    enable_batched_operations: bool = True
+    support_ordering: bool = True
+    availability_status: str = "Available"
+    created_at_utc: datetime | None = None
+    updated_at_utc: datetime | None = None
+
+    @classmethod
+    def from_definition(cls, definition: Mapping[str, Any], *, sku: Sku) -> TopicProperties:
+        """Build from the wire form partitions store, in a namespace of tier `sku`."""
+        opts = definition["options"]
+        return cls(
+            name=definition["name"],
+            enable_partitioning=opts["enable_partitioning"],
+            requires_duplicate_detection=opts["requires_duplicate_detection"],
+            duplicate_detection_history_time_window=timedelta(seconds=opts["duplicate_detection_history_time_window"]),
+            default_message_time_to_live=_td(opts["default_message_time_to_live"]),
+            max_size_in_megabytes=opts["max_size_in_megabytes"],
+            status=opts["status"],
+            user_metadata=opts.get("user_metadata"),
+            max_message_size_in_kilobytes=sku.max_message_bytes // 1024,
+            created_at_utc=to_datetime(definition.get("created_at")),
+            updated_at_utc=to_datetime(definition.get("updated_at")),
+        )
+
+    def changes(self) -> dict[str, Any]:
+        """The option values of this object, for `update_topic(properties)`."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name in TOPIC_DEFAULTS}
+
+
+@dataclass
+class SubscriptionProperties:
+    """A subscription's settings, as `create_subscription`, `get_subscription` and
+    `list_subscriptions` return them."""
+
+    name: str
+    topic_name: str = ""
+    requires_session: bool = False
+    lock_duration: timedelta = timedelta(seconds=60)
+    max_delivery_count: int = 10
+    default_message_time_to_live: timedelta | None = None
+    dead_lettering_on_message_expiration: bool = False
+    dead_lettering_on_filter_evaluation_exceptions: bool = True
+    forward_to: str | None = None
+    forward_dead_lettered_messages_to: str | None = None
+    status: str = "Active"
+    user_metadata: str | None = None
+    auto_delete_on_idle: timedelta = timedelta.max
+    enable_batched_operations: bool = True
+    availability_status: str = "Available"
+    created_at_utc: datetime | None = None
+    updated_at_utc: datetime | None = None
+
+    @classmethod
+    def from_definition(cls, definition: Mapping[str, Any]) -> SubscriptionProperties:
+        """Build from the wire form partitions store."""
+        opts = definition["options"]
+        return cls(
+            name=definition["subscription"],
+            topic_name=definition["topic"],
+            requires_session=opts["requires_session"],
+            lock_duration=timedelta(seconds=opts["lock_duration"]),
+            max_delivery_count=opts["max_delivery_count"],
+            default_message_time_to_live=_td(opts["default_message_time_to_live"]),
+            dead_lettering_on_message_expiration=opts["dead_lettering_on_message_expiration"],
+            dead_lettering_on_filter_evaluation_exceptions=opts["dead_lettering_on_filter_evaluation_exceptions"],
+            forward_to=opts["forward_to"],
+            forward_dead_lettered_messages_to=opts["forward_dead_lettered_messages_to"],
+            status=opts["status"],
+            user_metadata=opts.get("user_metadata"),
+            created_at_utc=to_datetime(definition.get("created_at")),
+            updated_at_utc=to_datetime(definition.get("updated_at")),
+        )
+
+    def changes(self) -> dict[str, Any]:
+        """The option values of this object, for `update_subscription(properties)`."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name in SUBSCRIPTION_DEFAULTS}
+
+
+@dataclass
+class SubscriptionRuntimeProperties(QueueRuntimeProperties):
+    """A subscription's message counts, summed over the partitions that answered."""
+
+
+@dataclass
+class TopicRuntimeProperties(QueueRuntimeProperties):
+    """A topic's counts: its scheduled messages, the bytes it stores (each message once, however
+    many subscriptions hold it) and its subscriptions; `active_message_count` is 0, as messages
+    move on to the subscriptions."""
+
+    subscription_count: int = 0

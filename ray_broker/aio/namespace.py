@@ -9,7 +9,16 @@ from ..client.flow import Flow, run_async
 from ..client.handle import NamespaceBase
 from ..client.lifecycle import connect_flow, run_awaiting, start_flow, stop_flow
 from ..config import NamespaceConfig
-from ..entities import QueueProperties, QueueRuntimeProperties
+from ..entities import (
+    QueueProperties,
+    QueueRuntimeProperties,
+    SubscriptionProperties,
+    SubscriptionRuntimeProperties,
+    TopicProperties,
+    TopicRuntimeProperties,
+    check_entity_name,
+)
+from ..filters import RuleProperties, TrueFilter
 from .closing import Closing
 from .receiver import Receiver
 from .sender import Sender
@@ -17,7 +26,7 @@ from .sender import Sender
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-    from ..client.management import QueueOptions
+    from ..client.management import QueueOptions, SubscriptionOptions, TopicOptions
 
 T = TypeVar("T")
 
@@ -113,3 +122,82 @@ class Namespace(NamespaceBase[Sender, Receiver], Closing):
         for receiver in self._open_receivers():
             await receiver._flush_pending()
         return await self._run(management.queue_runtime_properties(queue_name))
+
+    # ------------------------------------------------------------------ topics
+
+    async def create_topic(self, topic_name: str, **options: Unpack[TopicOptions]) -> TopicProperties:
+        """Create a topic; the keywords, their defaults and checks are those of `rb.Namespace.create_topic`."""
+        return await self._run(management.create_topic(self.sku, topic_name, options))
+
+    async def get_topic(self, topic_name: str) -> TopicProperties:
+        """A topic's settings."""
+        return await self._run(management.get_topic(self.sku, topic_name))
+
+    async def update_topic(self, properties_or_name: TopicProperties | str, **changes: Any) -> TopicProperties:
+        """Change a topic's settings, as `rb.Namespace.update_topic` does."""
+        return await self._run(management.update_topic(self.sku, properties_or_name, changes))
+
+    async def delete_topic(self, topic_name: str) -> None:
+        """Delete a topic, its subscriptions and every message in them."""
+        check_entity_name(topic_name, "topic")
+        await self._run(management.delete_entity(topic_name, "topic"))
+
+    async def list_topics(self) -> list[TopicProperties]:
+        """Every topic, in name order."""
+        return await self._run(management.list_topics(self.sku))
+
+    async def get_topic_runtime_properties(self, topic_name: str) -> TopicRuntimeProperties:
+        """A topic's scheduled messages, stored bytes (each message once) and subscription count."""
+        return await self._run(management.topic_runtime_properties(topic_name))
+
+    # ------------------------------------------------------------------ subscriptions
+
+    async def create_subscription(self, topic_name: str, subscription_name: str, *, rule: Any = None,
+                                  **options: Unpack[SubscriptionOptions]) -> SubscriptionProperties:
+        """Create a subscription; the keywords are those of `rb.Namespace.create_subscription`."""
+        return await self._run(management.create_subscription(topic_name, subscription_name, options, rule))
+
+    async def get_subscription(self, topic_name: str, subscription_name: str) -> SubscriptionProperties:
+        """A subscription's settings."""
+        return await self._run(management.get_subscription(topic_name, subscription_name))
+
+    async def update_subscription(self, topic_name: str, properties_or_name: SubscriptionProperties | str,
+                                  **changes: Any) -> SubscriptionProperties:
+        """Change a subscription's settings (`requires_session` cannot change)."""
+        return await self._run(management.update_subscription(topic_name, properties_or_name, changes))
+
+    async def delete_subscription(self, topic_name: str, subscription_name: str) -> None:
+        """Delete a subscription and every message in it."""
+        await self._run(management.delete_subscription(topic_name, subscription_name))
+
+    async def list_subscriptions(self, topic_name: str) -> list[SubscriptionProperties]:
+        """Every subscription of a topic, in name order."""
+        return await self._run(management.list_subscriptions(topic_name))
+
+    async def get_subscription_runtime_properties(self, topic_name: str,
+                                                  subscription_name: str) -> SubscriptionRuntimeProperties:
+        """A subscription's message counts, summed over partitions, including the settlements this
+        handle's receivers still hold (sent first)."""
+        for receiver in self._open_receivers():
+            await receiver._flush_pending()
+        return await self._run(management.subscription_runtime_properties(topic_name, subscription_name))
+
+    # ------------------------------------------------------------------ rules
+
+    async def create_rule(self, topic_name: str, subscription_name: str, rule_name: str, *, filter: Any = None,
+                          action: Any = None) -> RuleProperties:
+        """Add a rule to a subscription, as `rb.Namespace.create_rule` does."""
+        return await self._run(management.create_rule(topic_name, subscription_name, rule_name,
+                                                       TrueFilter() if filter is None else filter, action))
+
+    async def get_rule(self, topic_name: str, subscription_name: str, rule_name: str) -> RuleProperties:
+        """One rule of a subscription."""
+        return await self._run(management.get_rule(topic_name, subscription_name, rule_name))
+
+    async def delete_rule(self, topic_name: str, subscription_name: str, rule_name: str) -> None:
+        """Remove a rule from a subscription."""
+        await self._run(management.delete_rule(topic_name, subscription_name, rule_name))
+
+    async def list_rules(self, topic_name: str, subscription_name: str) -> list[RuleProperties]:
+        """A subscription's rules."""
+        return await self._run(management.list_rules(topic_name, subscription_name))

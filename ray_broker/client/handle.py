@@ -9,7 +9,7 @@ import weakref
 from typing import Any, ClassVar, Generic, TypeVar
 
 from ..config import NamespaceConfig
-from ..entities import check_entity_name
+from ..entities import check_entity_name, check_subscription_name, subscription_path
 from ..errors import InvalidOperationError
 from ..protocol import ReceiveMode
 from ..sku import Sku, get_sku
@@ -107,6 +107,24 @@ class NamespaceBase(Generic[S, R]):
         receiver: R = self.receiver_class(self._link, self.sku, target)  # type: ignore[assignment]
         self._track(receiver)
         return receiver
+
+    def get_topic_sender(self, topic_name: str) -> S:
+        """A sender for a topic (`InvalidOperationError` once this handle is closed)."""
+        check_entity_name(topic_name, "topic")
+        sender: S = self.sender_class(self._link, self.sku, topic_name)  # type: ignore[assignment]
+        self._track(sender)
+        return sender
+
+    def get_subscription_receiver(self, topic_name: str, subscription_name: str, *,
+                                  receive_mode: ReceiveMode = ReceiveMode.PEEK_LOCK, sub_queue: Any = None,
+                                  session_id: Any = None, prefetch_count: int = 0,
+                                  max_wait_time: float | None = None) -> R:
+        """A receiver for a subscription or its dead-letter sub-queue; everything a queue receiver
+        does (`InvalidOperationError` once this handle is closed)."""
+        check_entity_name(topic_name, "topic")
+        path = subscription_path(topic_name, check_subscription_name(subscription_name))
+        return self.get_queue_receiver(path, receive_mode=receive_mode, sub_queue=sub_queue, session_id=session_id,
+                                       prefetch_count=prefetch_count, max_wait_time=max_wait_time)
 
 
 def _rebuild(cls: type[NamespaceBase[Any, Any]], config: NamespaceConfig, relay: bool) -> NamespaceBase[Any, Any]:

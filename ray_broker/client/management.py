@@ -1,4 +1,4 @@
-"""Queue management as flows (see `flow.py`): the requests a `Namespace` makes and what their replies
+"""Queue, topic, subscription and rule management as flows (see `flow.py`): the requests a `Namespace` makes and what their replies
 become. Shared by the sync and async namespaces; imports no Ray.
 
     properties = run(link, create_queue(sku, "orders", {"enable_partitioning": True}))
@@ -12,10 +12,19 @@ from ..entities import (
     FIXED_QUEUE_PROPERTIES,
     QueueProperties,
     QueueRuntimeProperties,
+    SubscriptionProperties,
+    SubscriptionRuntimeProperties,
+    TopicProperties,
+    TopicRuntimeProperties,
     check_entity_name,
+    check_subscription_name,
     normalize_queue_options,
+    normalize_subscription_options,
+    normalize_topic_options,
+    subscription_path,
 )
 from ..errors import InvalidArgumentError, InvalidOperationError, MessagingEntityNotFoundError
+from ..filters import DEFAULT_RULE_NAME, RuleProperties, TrueFilter, check_rule_name, rule_from_wire, rule_to_wire
 from ..sku import Sku
 from .flow import Flow, request
 
@@ -44,10 +53,7 @@ class QueueOptions(TypedDict, total=False):
 def queue_definition(name: str) -> Flow[dict[str, Any]]:
     """A queue's definition, fresh from the namespace (`MessagingEntityNotFoundError` for another kind)."""
     check_entity_name(name, "queue")
-    definition = yield request("definition", name, True, timeout=MANAGEMENT_TIMEOUT_S)
-    if definition["kind"] != "queue":
-        raise MessagingEntityNotFoundError(f"{name!r} is a {definition['kind']}, not a queue", entity=name)
-    return definition  # type: ignore[no-any-return]
+    return (yield from entity_definition(name, "queue"))
 
 
 def create_queue(sku: Sku, queue_name: str, options: Mapping[str, Any]) -> Flow[QueueProperties]:
@@ -90,8 +96,8 @@ def update_queue(sku: Sku, properties_or_name: QueueProperties | str, changes: d
 
 def delete_queue(queue_name: str) -> Flow[None]:
     """Delete a queue and every message in it."""
-    yield from queue_definition(queue_name)
-    yield request("delete_entity", queue_name, MANAGEMENT_TIMEOUT_S, timeout=MANAGEMENT_TIMEOUT_S)
+    check_entity_name(queue_name, "queue")
+    yield from delete_entity(queue_name, "queue")
 
 
 def list_queues(sku: Sku) -> Flow[list[QueueProperties]]:
@@ -105,3 +111,203 @@ def queue_runtime_properties(queue_name: str) -> Flow[QueueRuntimeProperties]:
     yield from queue_definition(queue_name)
     reply = yield request("runtime", queue_name, timeout=MANAGEMENT_TIMEOUT_S)
     return QueueRuntimeProperties.aggregate(reply["definition"]["name"], reply["partitions"], reply["definition"])
+
+
+# ---------------------------------------------------------------------- topics
+
+class TopicOptions(TypedDict, total=False):
+    """The keywords of `create_topic`; a missing one takes its default (`entities.TOPIC_DEFAULTS`)."""
+
+    enable_partitioning: bool
+    requires_duplicate_detection: bool
+    duplicate_detection_history_time_window: timedelta
+    default_message_time_to_live: timedelta | None
+    max_size_in_megabytes: int
+    status: str
+    user_metadata: str | None
+
+
+class SubscriptionOptions(TypedDict, total=False):
+    """The keywords of `create_subscription` other than `rule`; a missing one takes its default
+    (`entities.SUBSCRIPTION_DEFAULTS`)."""
+
+    requires_session: bool
+    lock_duration: timedelta
+    max_delivery_count: int
+    default_message_time_to_live: timedelta | None
+    dead_lettering_on_message_expiration: bool
+    dead_lettering_on_filter_evaluation_exceptions: bool
+    forward_to: str | None
+    forward_dead_lettered_messages_to: str | None
+    status: str
+    user_metadata: str | None
+
+
+def entity_definition(name: str, kind: str) -> Flow[dict[str, Any]]:
+    """An entity's definition, fresh from the namespace (`MessagingEntityNotFoundError` for another kind)."""
+    definition = yield request("definition", name, True, timeout=MANAGEMENT_TIMEOUT_S)
+    if definition["kind"] != kind:
+        raise MessagingEntityNotFoundError(f"{name!r} is a {definition['kind']}, not a {kind}", entity=name)
+    return definition  # type: ignore[no-any-return]
+
+
+def create_topic(sku: Sku, topic_name: str, options: Mapping[str, Any]) -> Flow[TopicProperties]:
+    """Create a topic with `options` (`Namespace.create_topic`'s keywords)."""
+    check_entity_name(topic_name, "topic")
+    sku.require("topics", topic_name)
+    wire = normalize_topic_options(options)
+    definition = yield request("create_entity", "topic", topic_name, wire, MANAGEMENT_TIMEOUT_S,
+                               timeout=MANAGEMENT_TIMEOUT_S)
+    return TopicProperties.from_definition(definition, sku=sku)
+
+
+def get_topic(sku: Sku, topic_name: str) -> Flow[TopicProperties]:
+    """A topic's settings."""
+    check_entity_name(topic_name, "topic")
+    return TopicProperties.from_definition((yield from entity_definition(topic_name, "topic")), sku=sku)
+
+
+def update_topic(sku: Sku, properties_or_name: TopicProperties | str, changes: dict[str, Any]) -> Flow[TopicProperties]:
+    """Change a topic's settings (`enable_partitioning` and `requires_duplicate_detection` cannot change)."""
+    if isinstance(properties_or_name, TopicProperties):
+        name = properties_or_name.name
+        current = TopicProperties.from_definition((yield from entity_definition(name, "topic")), sku=sku)
+        current_options = current.changes()
+        changes = {**{k: v for k, v in properties_or_name.changes().items() if v != current_options.get(k)},
+                   **changes}
+    elif isinstance(properties_or_name, str):
+        name = properties_or_name
+        yield from entity_definition(name, "topic")
+    else:
+        raise InvalidArgumentError("update_topic takes a TopicProperties or a topic name")
+    normalize_topic_options(changes)
+    definition = yield request("update_entity", name, changes, MANAGEMENT_TIMEOUT_S, timeout=MANAGEMENT_TIMEOUT_S)
+    return TopicProperties.from_definition(definition, sku=sku)
+
+
+def delete_entity(name: str, kind: str) -> Flow[None]:
+    """Delete a queue, topic (with its subscriptions) or subscription, and every message in it."""
+    yield from entity_definition(name, kind)
+    yield request("delete_entity", name, MANAGEMENT_TIMEOUT_S, timeout=MANAGEMENT_TIMEOUT_S)
+
+
+def list_topics(sku: Sku) -> Flow[list[TopicProperties]]:
+    """Every topic, in name order."""
+    definitions = yield request("list_entities", "topic", timeout=MANAGEMENT_TIMEOUT_S)
+    return [TopicProperties.from_definition(d, sku=sku) for d in definitions]
+
+
+def topic_runtime_properties(topic_name: str) -> Flow[TopicRuntimeProperties]:
+    """A topic's scheduled messages, stored bytes and subscription count, summed over partitions."""
+    yield from entity_definition(topic_name, "topic")
+    reply = yield request("runtime", topic_name, timeout=MANAGEMENT_TIMEOUT_S)
+    props = TopicRuntimeProperties.aggregate(reply["definition"]["name"], reply["partitions"], reply["definition"])
+    counts = [c["subscriptions"] for c in reply["partitions"].values() if c is not None]
+    props.subscription_count = max(counts, default=0)
+    return props
+
+
+# ---------------------------------------------------------------------- subscriptions
+
+def _subscription_path(topic_name: str, subscription_name: str) -> str:
+    check_entity_name(topic_name, "topic")
+    return subscription_path(topic_name, check_subscription_name(subscription_name))
+
+
+def _default_rule(rule: Any) -> RuleProperties:
+    """The subscription's first rule: `rule` as the "$Default" rule's filter (a TrueFilter when None),
+    or a whole `RuleProperties`."""
+    if isinstance(rule, RuleProperties):
+        return rule
+    return RuleProperties(name=DEFAULT_RULE_NAME, filter=TrueFilter() if rule is None else rule, action=None)
+
+
+def create_subscription(topic_name: str, subscription_name: str, options: Mapping[str, Any],
+                        rule: Any = None) -> Flow[SubscriptionProperties]:
+    """Create a subscription with `options` and its "$Default" rule (see `_default_rule`)."""
+    _subscription_path(topic_name, subscription_name)
+    wire = normalize_subscription_options(options)
+    definition = yield request("create_subscription", topic_name, subscription_name, wire,
+                               rule_to_wire(_default_rule(rule)), MANAGEMENT_TIMEOUT_S, timeout=MANAGEMENT_TIMEOUT_S)
+    return SubscriptionProperties.from_definition(definition)
+
+
+def get_subscription(topic_name: str, subscription_name: str) -> Flow[SubscriptionProperties]:
+    """A subscription's settings."""
+    path = _subscription_path(topic_name, subscription_name)
+    return SubscriptionProperties.from_definition((yield from entity_definition(path, "subscription")))
+
+
+def update_subscription(topic_name: str, properties_or_name: SubscriptionProperties | str,
+                        changes: dict[str, Any]) -> Flow[SubscriptionProperties]:
+    """Change a subscription's settings (`requires_session` cannot change)."""
+    if isinstance(properties_or_name, SubscriptionProperties):
+        path = _subscription_path(topic_name, properties_or_name.name)
+        current = SubscriptionProperties.from_definition((yield from entity_definition(path, "subscription")))
+        current_options = current.changes()
+        changes = {**{k: v for k, v in properties_or_name.changes().items() if v != current_options.get(k)},
+                   **changes}
+    elif isinstance(properties_or_name, str):
+        path = _subscription_path(topic_name, properties_or_name)
+        yield from entity_definition(path, "subscription")
+    else:
+        raise InvalidArgumentError("update_subscription takes a SubscriptionProperties or a subscription name")
+    normalize_subscription_options(changes)
+    definition = yield request("update_entity", path, changes, MANAGEMENT_TIMEOUT_S, timeout=MANAGEMENT_TIMEOUT_S)
+    return SubscriptionProperties.from_definition(definition)
+
+
+def delete_subscription(topic_name: str, subscription_name: str) -> Flow[None]:
+    """Delete a subscription and every message in it."""
+    yield from delete_entity(_subscription_path(topic_name, subscription_name), "subscription")
+
+
+def list_subscriptions(topic_name: str) -> Flow[list[SubscriptionProperties]]:
+    """Every subscription of a topic, in name order."""
+    check_entity_name(topic_name, "topic")
+    yield from entity_definition(topic_name, "topic")
+    definitions = yield request("list_entities", "subscription", timeout=MANAGEMENT_TIMEOUT_S)
+    return [SubscriptionProperties.from_definition(d) for d in definitions
+            if d["topic"].lower() == topic_name.lower()]
+
+
+def subscription_runtime_properties(topic_name: str, subscription_name: str) -> Flow[SubscriptionRuntimeProperties]:
+    """A subscription's message counts, summed over partitions."""
+    path = _subscription_path(topic_name, subscription_name)
+    definition = yield from entity_definition(path, "subscription")
+    reply = yield request("runtime", path, timeout=MANAGEMENT_TIMEOUT_S)
+    return SubscriptionRuntimeProperties.aggregate(definition["subscription"], reply["partitions"],
+                                                   reply["definition"])
+
+
+# ---------------------------------------------------------------------- rules
+
+def create_rule(topic_name: str, subscription_name: str, rule_name: str, filter: Any,
+                action: Any) -> Flow[RuleProperties]:
+    """Add a rule to a subscription; it applies to messages sent from then on."""
+    path = _subscription_path(topic_name, subscription_name)
+    rule = RuleProperties(name=check_rule_name(rule_name), filter=filter, action=action)
+    stored = yield request("add_rule", path, rule_to_wire(rule), MANAGEMENT_TIMEOUT_S, timeout=MANAGEMENT_TIMEOUT_S)
+    return rule_from_wire(stored)
+
+
+def get_rule(topic_name: str, subscription_name: str, rule_name: str) -> Flow[RuleProperties]:
+    """One rule of a subscription (`MessagingEntityNotFoundError` if it has none of that name)."""
+    for rule in (yield from list_rules(topic_name, subscription_name)):
+        if rule.name.lower() == rule_name.lower():
+            return rule
+    raise MessagingEntityNotFoundError(f"subscription {subscription_name!r} of topic {topic_name!r} has no rule "
+                                       f"named {rule_name!r}", entity=subscription_path(topic_name, subscription_name))
+
+
+def list_rules(topic_name: str, subscription_name: str) -> Flow[list[RuleProperties]]:
+    """A subscription's rules, in the order they were added."""
+    path = _subscription_path(topic_name, subscription_name)
+    definition = yield from entity_definition(path, "subscription")
+    return [rule_from_wire(rule) for rule in definition.get("rules", ())]
+
+
+def delete_rule(topic_name: str, subscription_name: str, rule_name: str) -> Flow[None]:
+    """Remove a rule from a subscription; messages sent from then on are no longer selected by it."""
+    path = _subscription_path(topic_name, subscription_name)
+    yield request("remove_rule", path, check_rule_name(rule_name), MANAGEMENT_TIMEOUT_S, timeout=MANAGEMENT_TIMEOUT_S)

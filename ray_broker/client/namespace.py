@@ -1,4 +1,4 @@
-"""Deploying and attaching to a namespace, and the `Namespace` handle with queue management."""
+"""Deploying and attaching to a namespace, and the `Namespace` handle with its management calls."""
 from __future__ import annotations
 
 from datetime import timedelta
@@ -6,7 +6,16 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from ..config import NamespaceConfig
-from ..entities import QueueProperties, QueueRuntimeProperties
+from ..entities import (
+    QueueProperties,
+    QueueRuntimeProperties,
+    SubscriptionProperties,
+    SubscriptionRuntimeProperties,
+    TopicProperties,
+    TopicRuntimeProperties,
+    check_entity_name,
+)
+from ..filters import RuleProperties, TrueFilter
 from . import management
 from .core import DEFAULT_TIMEOUT_S
 from .direct import open_link
@@ -149,6 +158,113 @@ class Namespace(NamespaceBase[Sender, Receiver]):
         for receiver in self._open_receivers():
             receiver._flush_pending()
         return self._run(management.queue_runtime_properties(queue_name))
+
+    # ------------------------------------------------------------------ topics
+
+    def create_topic(self, topic_name: str, *, enable_partitioning: bool = False,
+                     requires_duplicate_detection: bool = False,
+                     duplicate_detection_history_time_window: timedelta = timedelta(minutes=10),
+                     default_message_time_to_live: timedelta | None = None, max_size_in_megabytes: int = 1024,
+                     status: str = "Active", user_metadata: str | None = None) -> TopicProperties:
+        """Create a topic (partitioned over every partition, or whole on one); its subscriptions
+        share its partitioning. `InvalidOperationError` on the basic tier."""
+        options = {
+            "enable_partitioning": enable_partitioning, "requires_duplicate_detection": requires_duplicate_detection,
+            "duplicate_detection_history_time_window": duplicate_detection_history_time_window,
+            "default_message_time_to_live": default_message_time_to_live,
+            "max_size_in_megabytes": max_size_in_megabytes, "status": status, "user_metadata": user_metadata,
+        }
+        return self._run(management.create_topic(self.sku, topic_name, options))
+
+    def get_topic(self, topic_name: str) -> TopicProperties:
+        """A topic's settings."""
+        return self._run(management.get_topic(self.sku, topic_name))
+
+    def update_topic(self, properties_or_name: TopicProperties | str, **changes: Any) -> TopicProperties:
+        """Change a topic's settings (`enable_partitioning` and `requires_duplicate_detection`
+        cannot change); given a `TopicProperties`, the options that differ are the changes."""
+        return self._run(management.update_topic(self.sku, properties_or_name, changes))
+
+    def delete_topic(self, topic_name: str) -> None:
+        """Delete a topic, its subscriptions and every message in them."""
+        check_entity_name(topic_name, "topic")
+        self._run(management.delete_entity(topic_name, "topic"))
+
+    def list_topics(self) -> list[TopicProperties]:
+        """Every topic, in name order."""
+        return self._run(management.list_topics(self.sku))
+
+    def get_topic_runtime_properties(self, topic_name: str) -> TopicRuntimeProperties:
+        """A topic's scheduled messages, stored bytes (each message once) and subscription count."""
+        return self._run(management.topic_runtime_properties(topic_name))
+
+    # ------------------------------------------------------------------ subscriptions
+
+    def create_subscription(self, topic_name: str, subscription_name: str, *, requires_session: bool = False,
+                            lock_duration: timedelta = timedelta(seconds=60), max_delivery_count: int = 10,
+                            default_message_time_to_live: timedelta | None = None,
+                            dead_lettering_on_message_expiration: bool = False,
+                            dead_lettering_on_filter_evaluation_exceptions: bool = True,
+                            forward_to: str | None = None, forward_dead_lettered_messages_to: str | None = None,
+                            status: str = "Active", user_metadata: str | None = None,
+                            rule: Any = None) -> SubscriptionProperties:
+        """Create a subscription of a topic. `rule` is the filter of its "$Default" rule
+        (`SqlFilter`, `CorrelationFilter`, `TrueFilter` or `FalseFilter`; None gives a TrueFilter)."""
+        options = {
+            "requires_session": requires_session, "lock_duration": lock_duration,
+            "max_delivery_count": max_delivery_count, "default_message_time_to_live": default_message_time_to_live,
+            "dead_lettering_on_message_expiration": dead_lettering_on_message_expiration,
+            "dead_lettering_on_filter_evaluation_exceptions": dead_lettering_on_filter_evaluation_exceptions,
+            "forward_to": forward_to, "forward_dead_lettered_messages_to": forward_dead_lettered_messages_to,
+            "status": status, "user_metadata": user_metadata,
+        }
+        return self._run(management.create_subscription(topic_name, subscription_name, options, rule))
+
+    def get_subscription(self, topic_name: str, subscription_name: str) -> SubscriptionProperties:
+        """A subscription's settings."""
+        return self._run(management.get_subscription(topic_name, subscription_name))
+
+    def update_subscription(self, topic_name: str, properties_or_name: SubscriptionProperties | str,
+                            **changes: Any) -> SubscriptionProperties:
+        """Change a subscription's settings (`requires_session` cannot change)."""
+        return self._run(management.update_subscription(topic_name, properties_or_name, changes))
+
+    def delete_subscription(self, topic_name: str, subscription_name: str) -> None:
+        """Delete a subscription and every message in it."""
+        self._run(management.delete_subscription(topic_name, subscription_name))
+
+    def list_subscriptions(self, topic_name: str) -> list[SubscriptionProperties]:
+        """Every subscription of a topic, in name order."""
+        return self._run(management.list_subscriptions(topic_name))
+
+    def get_subscription_runtime_properties(self, topic_name: str,
+                                            subscription_name: str) -> SubscriptionRuntimeProperties:
+        """A subscription's message counts, summed over partitions (settlements this handle's
+        receivers still hold are sent first)."""
+        for receiver in self._open_receivers():
+            receiver._flush_pending()
+        return self._run(management.subscription_runtime_properties(topic_name, subscription_name))
+
+    # ------------------------------------------------------------------ rules
+
+    def create_rule(self, topic_name: str, subscription_name: str, rule_name: str, *, filter: Any = None,
+                    action: Any = None) -> RuleProperties:
+        """Add a rule to a subscription (`filter` None is a `TrueFilter`); it selects the messages
+        sent from then on. An unparsable SQL filter or action raises `RuleSyntaxError` where it is built."""
+        return self._run(management.create_rule(topic_name, subscription_name, rule_name,
+                                                 TrueFilter() if filter is None else filter, action))
+
+    def get_rule(self, topic_name: str, subscription_name: str, rule_name: str) -> RuleProperties:
+        """One rule of a subscription."""
+        return self._run(management.get_rule(topic_name, subscription_name, rule_name))
+
+    def delete_rule(self, topic_name: str, subscription_name: str, rule_name: str) -> None:
+        """Remove a rule from a subscription."""
+        self._run(management.delete_rule(topic_name, subscription_name, rule_name))
+
+    def list_rules(self, topic_name: str, subscription_name: str) -> list[RuleProperties]:
+        """A subscription's rules."""
+        return self._run(management.list_rules(topic_name, subscription_name))
 
 
 __all__ = ["start", "connect", "stop", "Namespace", "DEFAULT_TIMEOUT_S"]

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from .. import codec
 from ..errors import MessagingEntityAlreadyExistsError
 from ..protocol import DEAD_LETTER, SCHEDULED, TRANSFER_DEAD_LETTER
 from ..routing import COUNTER_MASK
@@ -19,45 +18,53 @@ def create_entity(state: PartitionState, definition: Mapping[str, Any]) -> dict[
             return existing
         raise state.error(MessagingEntityAlreadyExistsError, f"{existing['kind']} {existing['name']!r} already "
                           "exists; names are unique regardless of case", existing["name"])
-    return _put_definition(state, key, dict(definition))
+    if definition["kind"] == "subscription" and str(definition["topic"]).lower() not in state.definitions:
+        raise state.not_found(str(definition["topic"]))
+    return state.put_definition(dict(definition))
 
 
 def update_entity(state: PartitionState, definition: Mapping[str, Any]) -> dict[str, Any]:
-    """Replace an existing entity's definition."""
+    """Replace an existing entity's definition (a subscription keeps its rules: those change
+    through `topics`)."""
     key = str(definition["name"]).lower()
-    if key not in state.definitions:
+    current = state.definitions.get(key, None)  # type: ignore[arg-type]
+    if current is None:
         raise state.not_found(str(definition["name"]))
-    return _put_definition(state, key, dict(definition))
-
-
-def _put_definition(state: PartitionState, key: str, definition: dict[str, Any]) -> dict[str, Any]:
-    entity_id = state.entity_ids.get(key, 0) or _free_entity_id(state)
-    with state.store.transaction():
-        state.queries.put_entity(key, entity_id, codec.packb(definition))
-        state.definitions.set(key, definition)
-        state.entity_ids.set(key, entity_id)
-    return definition
-
-
-def _free_entity_id(state: PartitionState) -> int:
-    """The lowest entity number not in use (a deleted entity's number is free again: its messages
-    went with it)."""
-    used = {entity_id for _, entity_id in state.entity_ids.items()}
-    return next(n for n in range(1, len(used) + 2) if n not in used)
+    if current["kind"] == "subscription":
+        definition = {**definition, "rules": current.get("rules", [])}
+    return state.put_definition(dict(definition))
 
 
 def delete_entity(state: PartitionState, name: str) -> bool:
-    """Remove an entity and everything it holds here; False if it was not here."""
+    """Remove an entity and everything it holds here (a topic's subscriptions too); False if it
+    was not here."""
     key = name.lower()
-    if key not in state.definitions:
+    definition = state.definitions.get(key, None)  # type: ignore[arg-type]
+    if definition is None:
         return False
-    with state.store.transaction():
-        state.queries.delete_entity(key, state.entity_ids.get(key, 0))
-        state.definitions.pop(key)
-        state.entity_ids.pop(key)
-        state.sizes.pop(key)
-        state.counters.pop(key)
+    try:
+        with state.store.transaction():
+            if definition["kind"] == "topic":
+                for sub_key, sub in list(state.definitions.items()):
+                    if sub["kind"] == "subscription" and str(sub["topic"]).lower() == key:
+                        _drop(state, sub_key)
+            _drop(state, key)
+            if definition["kind"] == "subscription":
+                topic = str(definition["topic"]).lower()
+                freed = state.queries.delete_unreferenced_bodies(state.entity_ids.get(topic, 0))
+                state.sizes.add(topic, -freed)
+    finally:
+        state.definitions_changed()
     return True
+
+
+def _drop(state: PartitionState, key: str) -> None:
+    """Delete one entity's definition and rows (inside a transaction)."""
+    state.queries.delete_entity(key, state.entity_ids.get(key, 0))
+    state.definitions.pop(key)
+    state.entity_ids.pop(key)
+    state.sizes.pop(key)
+    state.counters.pop(key)
 
 
 def get_entity(state: PartitionState, name: str) -> dict[str, Any]:
@@ -80,6 +87,8 @@ def runtime(state: PartitionState, entity: str) -> dict[str, Any]:
         state.activate_due(state.clock.now(), frag)
     counts = {"active": 0, "dead_letter": 0, "scheduled": 0, "transfer": 0, "transfer_dead_letter": 0,
               "size": state.sizes.get(frag.key, 0)}
+    if frag.kind == "topic":
+        counts["subscriptions"] = len(state.subscribers(frag))
     for subq, message_state, n in state.queries.message_counts(frag.entity_id):
         if subq == DEAD_LETTER:
             counts["dead_letter"] += n
@@ -93,16 +102,23 @@ def runtime(state: PartitionState, entity: str) -> dict[str, Any]:
 
 
 def integrity_check(state: PartitionState) -> dict[str, Any]:
-    """Check the store and the engine's invariants: SQLite integrity, sizes, gap-free counters."""
+    """Check the store and the engine's invariants: SQLite integrity, sizes (a topic's: its bodies),
+    sequence numbers below their counters (a subscription's: its topic's)."""
     problems = []
     verdict = state.store.integrity_check()
     if verdict != "ok":
         problems.append(f"sqlite: {verdict}")
-    for key, size in state.queries.stored_sizes():
-        if state.sizes.get(key, 0) != size:
-            problems.append(f"{key}: size counter {state.sizes.get(key, 0)} != stored {size}")
+    definitions = dict(state.definitions.items())
+    stored = dict(state.queries.stored_sizes())
+    for key, definition in definitions.items():
+        expected = stored.get(key, 0)
+        if definition["kind"] == "topic":
+            expected = state.queries.body_bytes(state.entity_ids.get(key, 0))
+        if state.sizes.get(key, 0) != expected:
+            problems.append(f"{key}: size counter {state.sizes.get(key, 0)} != stored {expected}")
     for key, top in state.queries.highest_sequences():
+        counter_key = str(definitions[key].get("topic", key)).lower()
         counter = top & COUNTER_MASK
-        if counter >= state.counters.get(key, 1):
-            problems.append(f"{key}: sequence {counter} not below counter {state.counters.get(key, 1)}")
+        if counter >= state.counters.get(counter_key, 1):
+            problems.append(f"{key}: sequence {counter} not below counter {state.counters.get(counter_key, 1)}")
     return {"ok": not problems, "problems": problems}

@@ -6,8 +6,9 @@ them, `size` their total) and one `bodies` row (their payloads, one after anothe
 lengths). They are locked, unlocked, expired, dead-lettered and deleted together. When one of
 them must differ from the others (a receive takes only some of them, a settlement touches only
 some, or any settlement other than a complete of all of them), the run is first cut into pieces,
-each a run again or a single message. A run's body stays whole until no row covers any of its
-ids (`Queries.delete_messages`).
+each a run again or a single message. A run's body stays whole until no row refers to it (the
+rows of its own entity, and the subscription rows that share a topic's body: see
+`Queries.delete_messages`).
 
 The lock token of the k-th message of a locked row is derived from the row's own token (see
 `lock_token`), so cutting a locked run keeps every message's token.
@@ -16,9 +17,10 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from itertools import accumulate
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from .. import codec
+from ..routing import COUNTER_MASK
 from .queries import LockState, MessageRow, Queries, lock_token
 
 RUN_MIN = 16
@@ -27,6 +29,14 @@ and are the likeliest to be split among receivers (cutting a run costs about wha
 messages as rows would have)."""
 RUN_MAX = 1024
 """The most messages in one run."""
+
+
+def alike(envelopes: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether the messages of a batch can share a run: no session, no schedule, one time to
+    live, and each size the length of its payload."""
+    ttl = envelopes[0].get("ttl")
+    return all(env.get("session_id") is None and env.get("scheduled") is None and env.get("ttl") == ttl
+               and env["size"] == len(env["payload"]) for env in envelopes)
 
 
 def message_token(row: MessageRow | LockState, offset: int) -> bytes | None:
@@ -45,6 +55,12 @@ def message_tokens(row: MessageRow | LockState, first: int, count: int) -> list[
             for offset in range(first, first + count)]
 
 
+def _offset(row_id: int, body_id: int) -> int:
+    """Where message `row_id` lies in body `body_id`: the distance of their counters (a row of a
+    subscription shares its topic's body, whose id is in the topic's range)."""
+    return (row_id & COUNTER_MASK) - (body_id & COUNTER_MASK)
+
+
 def payloads(queries: Queries, rows: Sequence[MessageRow]) -> list[list[bytes]]:
     """The payloads of the messages of each row, in order."""
     bodies = {body.id: body for body in queries.bodies(sorted({row.body for row in rows}))}
@@ -57,7 +73,7 @@ def payloads(queries: Queries, rows: Sequence[MessageRow]) -> list[list[bytes]]:
             continue
         if body.id not in offsets:
             offsets[body.id] = list(accumulate(codec.unpackb(body.lengths), initial=0))
-        bounds, start = offsets[body.id], row.id - body.id
+        bounds, start = offsets[body.id], _offset(row.id, body.id)
         result.append([body.payload[bounds[k]:bounds[k + 1]] for k in range(start, start + row.span)])
     return result
 
@@ -97,7 +113,7 @@ def cut(queries: Queries, row: MessageRow, offsets: Sequence[int]) -> list[Messa
     """Cut a run at the given offsets (each in 1 .. span - 1, ascending); the pieces, in order."""
     stored = queries.body_lengths(row.body)
     assert stored is not None, "only a run is cut, and a run's body records its lengths"
-    lengths, start = codec.unpackb(stored), row.id - row.body
+    lengths, start = codec.unpackb(stored), _offset(row.id, row.body)
     bounds = [0, *offsets, row.span]
     pieces = [row._replace(id=row.id + a, seq=row.seq + a, span=b - a, size=sum(lengths[start + a:start + b]),
                            lock_token=message_token(row, a))

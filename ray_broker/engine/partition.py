@@ -1,12 +1,12 @@
 """The broker engine for one partition: the facade over the operation modules.
 
 A partition hosts fragment k of each partitioned entity and the whole of each non-partitioned
-entity whose home it is. The engine is plain Python driven through an injectable clock; every
+entity whose home it is (a subscription lives with its topic). The engine is plain Python driven through an injectable clock; every
 method commits to the store before it returns, so whatever it acknowledges survives a crash.
 Times are epoch seconds; lock tokens are 16 random bytes.
 
-The operations live in `catalog`, `sending`, `receiving`, `settling`, `sessions` and
-`scheduling`, each over the shared `PartitionState`; this class is the table of them that the
+The operations live in `catalog`, `sending`, `receiving`, `settling`, `sessions`,
+`scheduling` and `topics`, each over the shared `PartitionState`; this class is the table of them that the
 partition actor exposes by name.
 """
 from __future__ import annotations
@@ -25,7 +25,7 @@ from ..protocol import (
     SCHEDULED,
     TRANSFER_DEAD_LETTER,
 )
-from . import catalog, receiving, scheduling, sending, sessions, settling
+from . import catalog, receiving, scheduling, sending, sessions, settling, topics
 from .state import PartitionState
 from .store import Store
 
@@ -112,6 +112,14 @@ class PartitionEngine:
     def integrity_check(self) -> dict[str, Any]:
         """Check the store and the engine's invariants: SQLite integrity, sizes, gap-free counters."""
         return catalog.integrity_check(self.state)
+
+    def add_rule(self, subscription: str, rule: Mapping[str, Any]) -> dict[str, Any]:
+        """Add a rule (`filters.rule_to_wire` form) to a subscription; see `topics.add_rule`."""
+        return topics.add_rule(self.state, subscription, rule)
+
+    def remove_rule(self, subscription: str, name: str) -> dict[str, Any]:
+        """Remove a subscription's rule by name; see `topics.remove_rule`."""
+        return topics.remove_rule(self.state, subscription, name)
 
     # ------------------------------------------------------------------ messages
 

@@ -177,6 +177,13 @@ _INSERT_MESSAGES = ("INSERT INTO messages (id, eid, seq, subq, state, session_id
 _INSERT_BODIES = ("INSERT INTO bodies (id, span, lengths, payload) VALUES ", "(?, ?, ?, ?)")
 _COPIED_COLUMNS = ("eid, subq, state, session_id, visible_at, enqueued_at, ttl, expires_at, locked_until, "
                    "delivery_count, dl_reason, dl_description, dl_source, enqueued_seq, body")
+_SHARED = f"(m.body >> {COUNTER_BITS}) <> m.eid"
+"""The rows that refer to another entity's body (a subscription's to its topic's): the partial
+index `messages_shared` holds just those."""
+_UNREFERENCED = ("NOT EXISTS (SELECT 1 FROM messages m WHERE m.id >= bodies.id AND m.id < bodies.id + bodies.span) "
+                 f"AND NOT EXISTS (SELECT 1 FROM messages m INDEXED BY messages_shared WHERE {_SHARED} "
+                 "AND m.body = bodies.id)")
+"""A body no row refers to: neither its own entity's rows (whose ids it spans) nor rows sharing it."""
 _INSERT_CHUNK = 64
 _insert_texts: dict[tuple[str, int], str] = {}
 
@@ -294,13 +301,29 @@ class Queries:
             self.db.execute(_insert_text(statement, size), [v for row in rows[start:start + size] for v in row])
             start += size
 
-    def delete_messages(self, ids: Sequence[int], bodies: Iterable[int]) -> None:
-        """Remove message rows by id, and those of the given bodies no row refers to any more."""
+    def delete_messages(self, ids: Sequence[int], bodies: Iterable[int]) -> int:
+        """Remove message rows by id, and those of the given bodies no row refers to any more;
+        the bytes of payload freed."""
         for marks, chunk in _chunks(ids):
             self.db.execute(f"DELETE FROM messages WHERE id IN ({marks})", chunk)
+        freed = 0
         for marks, chunk in _chunks(sorted(set(bodies))):
-            self.db.execute(f"DELETE FROM bodies WHERE id IN ({marks}) AND NOT EXISTS (SELECT 1 FROM messages m "
-                            "WHERE m.id >= bodies.id AND m.id < bodies.id + bodies.span)", chunk)
+            freed += sum(n for (n,) in self.db.execute(
+                f"DELETE FROM bodies WHERE id IN ({marks}) AND {_UNREFERENCED} RETURNING length(payload)", chunk))
+        return freed
+
+    def delete_unreferenced_bodies(self, entity_id: int) -> int:
+        """Remove the bodies of an entity that no row refers to any more; the bytes freed."""
+        first, last = row_id_range(entity_id)
+        return sum(n for (n,) in self.db.execute(
+            f"DELETE FROM bodies WHERE id BETWEEN :first AND :last AND {_UNREFERENCED} RETURNING length(payload)",
+            {"first": first, "last": last}))
+
+    def body_bytes(self, entity_id: int) -> int:
+        """The bytes of payload stored in an entity's bodies."""
+        first, last = row_id_range(entity_id)
+        return int(self.db.execute("SELECT COALESCE(SUM(length(payload)), 0) FROM bodies WHERE id BETWEEN :first "
+                                   "AND :last", {"first": first, "last": last}).fetchone()[0])
 
     def cut(self, row_id: int, pieces: Sequence[MessageRow]) -> None:
         """Cut the run in row `row_id` into `pieces` (the first keeps the row, each other becomes a
@@ -371,6 +394,11 @@ class Queries:
         found = _rows(MessageRow, self.db.execute(f"{_SELECT_MESSAGE} WHERE m.id = :id AND m.seq = :seq "
                                                   "AND m.subq = :subq", {"id": row_id, "seq": seq, "subq": subq}))
         return found[0] if found else None
+
+    def message_by_id(self, row_id: int) -> MessageRow:
+        """The row with id `row_id` (which must exist)."""
+        (found,) = _rows(MessageRow, self.db.execute(f"{_SELECT_MESSAGE} WHERE m.id = :id", {"id": row_id}))
+        return found
 
     def browse(self, entity_id: int, subq: int, from_seq: int, limit: int,
                session_id: str | None) -> list[MessageRow]:

@@ -37,8 +37,7 @@ def receive(state: PartitionState, entity: str, subq: int, max_count: int, mode:
                 return _with_unseen(state, frag, subq, max_count, now, session_id, session_until, taken, unseen)
         if mode == RECEIVE_AND_DELETE:
             found = messages.payloads(state.queries, taken)
-            state.queries.delete_messages([row.id for row in taken], [row.body for row in taken])
-            state.sizes.add(frag.key, -sum(row.size for row in taken))
+            state.remove(frag, [row.id for row in taken], [row.body for row in taken], sum(row.size for row in taken))
             records = [r for row, p in zip(taken, found)
                        for r in messages.records(row, p, row.delivery_count + 1, locked=False)]
             return {"messages": records, "more": more}
@@ -115,8 +114,7 @@ def receive_deferred(state: PartitionState, entity: str, subq: int, sequence_num
                                   + (f" for session {session_id!r}" if session_id else ""), frag.name)
             if mode == RECEIVE_AND_DELETE:
                 (payload,) = messages.payloads(q, [row])
-                q.delete_messages([row.id], [row.body])
-                state.sizes.add(frag.key, -row.size)
+                state.remove(frag, [row.id], [row.body], row.size)
                 records += messages.records(row, payload, row.delivery_count + 1, locked=False)
             else:
                 until = session_until if session_id is not None else now + frag.options["lock_duration"]

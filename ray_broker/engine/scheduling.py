@@ -22,8 +22,7 @@ def cancel_scheduled(state: PartitionState, entity: str, sequence_numbers: Itera
             raise state.error(MessageNotFoundError, f"no scheduled message with sequence number(s) {missing} in "
                               f"{frag.name!r}; it may have been enqueued already or cancelled", frag.name)
         ids = [frag.row_id(seq) for seq in seqs]
-        state.queries.delete_messages(ids, ids)
-        state.sizes.add(frag.key, -sum(size or 0 for size in sizes.values()))
+        state.remove(frag, ids, ids, sum(size or 0 for size in sizes.values()))
 
 
 def housekeeping(state: PartitionState) -> bool:

@@ -19,7 +19,8 @@ PRODUCER_BATCH_HISTORY = 32
 
 def send(state: PartitionState, entity: str, envelopes: Sequence[Mapping[str, Any]],
          producer: tuple[str, int] | None = None) -> list[int | None]:
-    """Enqueue messages (or schedule those with a future scheduled time).
+    """Enqueue messages (or schedule those with a future scheduled time); on a topic, deliver
+    them to its subscriptions (see `fanout`).
 
     Each envelope holds `payload` (encoded message), `size`, and optionally `message_id`,
     `session_id`, `partition_key`, `ttl` (seconds) and `scheduled` (epoch seconds).
@@ -31,6 +32,9 @@ def send(state: PartitionState, entity: str, envelopes: Sequence[Mapping[str, An
     come back. The record is written in the same transaction as the messages.
     """
     frag = state.fragment(entity)
+    if frag.kind == "subscription":
+        raise state.error(InvalidOperationError, f"{frag.name!r} is a subscription: send to its topic "
+                          f"{frag.definition['topic']!r}", frag.name)
     producer_id, batch_number = _check_producer(state, producer)
     with state.store.transaction():
         history = _producer_history(state, frag, producer_id)
@@ -54,7 +58,13 @@ def _store(state: PartitionState, frag: Fragment, envelopes: Sequence[Mapping[st
     rows: list[tuple[Any, ...]] = []
     bodies: list[tuple[Any, ...]] = []
     default_ttl = opts["default_message_time_to_live"]
-    if len(accepted) >= messages.RUN_MIN and _alike(accepted):
+    if frag.kind == "topic":
+        due = [(counter + offset, env) for offset, env in enumerate(accepted) if not _later(env, now)]
+        for offset, env in enumerate(accepted):
+            if _later(env, now):
+                _add_message(frag, env, counter + offset, now, default_ttl, rows, bodies)
+        state.publish(frag, due, now)
+    elif len(accepted) >= messages.RUN_MIN and messages.alike(accepted):
         for start in range(0, len(accepted), messages.RUN_MAX):
             _add_run(frag, accepted[start:start + messages.RUN_MAX], counter + start, now, default_ttl, rows, bodies)
     else:
@@ -77,19 +87,17 @@ def _ttl(env: Mapping[str, Any], default_ttl: float | None) -> float | None:
     return ttl  # type: ignore[no-any-return]
 
 
-def _alike(envelopes: Sequence[Mapping[str, Any]]) -> bool:
-    """Whether messages can share a run: no session, no schedule, one time to live, and each
-    size the length of its payload."""
-    ttl = envelopes[0].get("ttl")
-    return all(env.get("session_id") is None and env.get("scheduled") is None and env.get("ttl") == ttl
-               and env["size"] == len(env["payload"]) for env in envelopes)
+def _later(env: Mapping[str, Any], now: float) -> bool:
+    """Whether a message is scheduled for a time still to come."""
+    scheduled = env.get("scheduled")
+    return scheduled is not None and scheduled > now
 
 
 def _add_message(frag: Fragment, env: Mapping[str, Any], counter: int, now: float, default_ttl: float | None,
                  rows: list[tuple[Any, ...]], bodies: list[tuple[Any, ...]]) -> None:
     """The row and body of one message (scheduled if its time is still to come)."""
     ttl, scheduled = _ttl(env, default_ttl), env.get("scheduled")
-    if scheduled is not None and scheduled > now:
+    if _later(env, now):
         message_state, expires_at = _SCHEDULED, None
     else:
         message_state, expires_at = _ACTIVE, (None if ttl is None else now + ttl)

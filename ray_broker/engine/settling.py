@@ -53,8 +53,7 @@ def settle(state: PartitionState, entity: str, subq: int, ops: Sequence[Sequence
             except ServiceBusError as exc:
                 results.append(exc)
         rows = list(completed.values())
-        state.queries.delete_messages([row.id for row in rows], [row.body for row in rows])
-        state.sizes.add(frag.key, -sum(row.size for row in rows))
+        state.remove(frag, [row.id for row in rows], [row.body for row in rows], sum(row.size for row in rows))
         state.settled.extend(settled)
     return results
 

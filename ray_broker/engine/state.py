@@ -23,9 +23,12 @@ from ..errors import (
     ServiceBusError,
     SessionLockLostError,
 )
+from ..filters import compile_rules
 from ..protocol import MAIN
-from ..routing import COUNTER_BITS, home_partition
-from .queries import MessageRow, Queries, row_id
+from ..routing import COUNTER_BITS
+from ..routing.planner import home
+from . import fanout
+from .queries import DueMessage, MessageRow, Queries, row_id
 from .store import Store
 
 RECENTLY_SETTLED_LIMIT = 100_000
@@ -174,6 +177,11 @@ class Fragment:
         """The entity's normalized options."""
         return self.definition["options"]  # type: ignore[no-any-return]
 
+    @property
+    def kind(self) -> str:
+        """"queue", "topic" or "subscription"."""
+        return str(self.definition["kind"])
+
     def row_id(self, seq: int) -> int:
         """The row id message `seq` of this fragment has (if it is one of this fragment's)."""
         return row_id(self.entity_id, seq)
@@ -190,12 +198,17 @@ class PartitionState:
         self.clock = clock
         q = self.queries
         stored = q.entities()
-        self.definitions: StagedMap[str, dict[str, Any]] = StagedMap(
-            store, {e.key: codec.unpackb(e.definition) for e in stored})
+        definitions = {e.key: codec.unpackb(e.definition) for e in stored}
+        self.definitions: StagedMap[str, dict[str, Any]] = StagedMap(store, definitions)
         self.entity_ids: StagedMap[str, int] = StagedMap(store, {e.key: e.id for e in stored})
-        self.sizes: StagedMap[str, int] = StagedMap(store, dict(q.stored_sizes()))
+        sizes = dict(q.stored_sizes())
+        sizes.update({e.key: q.body_bytes(e.id) for e in stored if definitions[e.key]["kind"] == "topic"})
+        self.sizes: StagedMap[str, int] = StagedMap(store, sizes)
+        """Bytes stored per entity: a queue's or subscription's messages; a topic's bodies (each
+        message once, however many subscriptions hold it)."""
         self.counters: StagedMap[str, int] = StagedMap(store, dict(q.counters()))
         self.settled = SettledTokens(store)
+        self._subscribers: dict[str, list[fanout.Subscriber]] = {}
         self.last_housekeeping = clock.now()
         """When the previous housekeeping round ran (or the partition opened)."""
 
@@ -218,10 +231,10 @@ class PartitionState:
             raise self.not_found(name)
         frag = self._fragment(key, definition)
         if not frag.options.get("enable_partitioning"):
-            home = home_partition(key, self.partition_count)
-            if home != self.index:
+            index = home(definition, self.partition_count)
+            if index != self.index:
                 raise self.error(InvalidOperationError, f"entity {name!r} is not partitioned and lives on partition "
-                                 f"{home}, not {self.index}", name)
+                                 f"{index}, not {self.index}", name)
         return frag
 
     def _fragment(self, key: str, definition: dict[str, Any]) -> Fragment:
@@ -241,11 +254,80 @@ class PartitionState:
         return first
 
     def check_receivable(self, frag: Fragment) -> None:
-        """Raise unless the entity's status allows receiving."""
+        """Raise unless the entity is received from (not a topic) and its status allows receiving."""
+        if frag.kind == "topic":
+            raise self.error(InvalidOperationError, f"{frag.name!r} is a topic: receive from one of its subscriptions "
+                             "(get_subscription_receiver)", frag.name)
         if frag.options["status"] in RECEIVE_BLOCKING:
             raise self.error(MessagingEntityDisabledError,
                              f"entity {frag.name!r} has status {frag.options['status']} and cannot be received from; "
                              "set its status to Active", frag.name)
+
+    # ------------------------------------------------------------------ topics
+
+    def put_definition(self, definition: dict[str, Any]) -> dict[str, Any]:
+        """Store (or replace) an entity's definition, numbering a new entity."""
+        key = str(definition["name"]).lower()
+        entity_id = self.entity_ids.get(key, 0) or self._free_entity_id()
+        try:
+            with self.store.transaction():
+                self.queries.put_entity(key, entity_id, codec.packb(definition))
+                self.definitions.set(key, definition)
+                self.entity_ids.set(key, entity_id)
+        finally:
+            self.definitions_changed()
+        return definition
+
+    def _free_entity_id(self) -> int:
+        """The lowest entity number not in use (a deleted entity's number is free again: its
+        messages went with it)."""
+        used = {entity_id for _, entity_id in self.entity_ids.items()}
+        return next(n for n in range(1, len(used) + 2) if n not in used)
+
+    def definitions_changed(self) -> None:
+        """Forget what was derived from the definitions (the subscribers of each topic)."""
+        self._subscribers.clear()
+
+    def subscribers(self, topic: Fragment) -> list[fanout.Subscriber]:
+        """The subscriptions of a topic with their compiled rules, in name order."""
+        found = self._subscribers.get(topic.key)
+        if found is None:
+            found = self._subscribers[topic.key] = [
+                fanout.Subscriber(key, self.entity_ids.get(key, 0), definition["options"],
+                                  compile_rules(definition.get("rules", ())))
+                for key, definition in sorted(self.definitions.items())
+                if definition["kind"] == "subscription" and definition["topic"].lower() == topic.key]
+        return found
+
+    def publish(self, topic: Fragment, incoming: list[tuple[int, Mapping[str, Any]]], now: float) -> None:
+        """Deliver messages of a topic, `(counter, envelope)` each, to its subscriptions (inside a
+        transaction); see `fanout`."""
+        if not incoming:
+            return
+        plan = fanout.fan_out(topic.entity_id, topic.seq_base, topic.options["default_message_time_to_live"],
+                              self.subscribers(topic), incoming, now, lambda: self.take_counters(topic, 1))
+        self.queries.insert_messages(plan.rows, plan.bodies)
+        for row_id, reason, description in plan.dead_letters:
+            self.queries.dead_letter(row_id, reason, description)
+        for key, size in plan.sizes.items():
+            self.sizes.add(key, size)
+        self.sizes.add(topic.key, plan.body_bytes)
+
+    def topic_of(self, frag: Fragment) -> Fragment | None:
+        """The topic of a subscription (None for any other entity)."""
+        if frag.kind != "subscription":
+            return None
+        key = str(frag.definition["topic"]).lower()
+        return self._fragment(key, self.definitions.get(key, frag.definition))
+
+    def remove(self, frag: Fragment, ids: list[int], bodies: list[int], size: int) -> None:
+        """Delete message rows of `frag` holding `size` bytes, and the bodies no row refers to any
+        more (a subscription's shared bodies count in its topic's size)."""
+        freed = self.queries.delete_messages(ids, bodies)
+        self.sizes.add(frag.key, -size)
+        topic = self.topic_of(frag)
+        if topic is not None and freed:
+            self.sizes.add(topic.key, -freed)
 
     # ------------------------------------------------------------------ sessions
 
@@ -293,10 +375,26 @@ class PartitionState:
         fragments = {frag.entity_id: frag} if frag is not None else self.fragments_by_id()
         for msg in due:
             owner = fragments[msg.entity_id]
-            new_seq = owner.seq_base | self.take_counters(owner, 1)
+            counter = self.take_counters(owner, 1)
+            if owner.kind == "topic":
+                self._publish_due(owner, msg, counter, now)
+                continue
+            new_seq = owner.seq_base | counter
             self.queries.activate(msg.id, owner.row_id(new_seq), new_seq, now,
                                   None if msg.ttl is None else now + msg.ttl)
         return len(due)
+
+    def _publish_due(self, topic: Fragment, due: DueMessage, counter: int, now: float) -> None:
+        """A topic's scheduled message came due: deliver it to the subscriptions under a new
+        sequence number (its row and body leave the topic; the fan-out stores the body again if
+        any subscription takes it). A scheduled message is never part of a run."""
+        row = self.queries.message_by_id(due.id)
+        (body,) = self.queries.bodies([row.body])
+        self.remove(topic, [row.id], [row.body], row.size)
+        envelope: dict[str, Any] = {"payload": body.payload, "size": row.size, "session_id": row.session_id}
+        if due.ttl is not None:
+            envelope["ttl"] = due.ttl
+        self.publish(topic, [(counter, envelope)], now)
 
     def available_rows(self, frag: Fragment, subq: int, now: float, limit: int, session_id: str | None,
                        after: int = 0) -> list[MessageRow]:
@@ -334,6 +432,5 @@ class PartitionState:
         if frag.options["dead_lettering_on_message_expiration"]:
             self.queries.dead_letter(row.id, "TTLExpiredException", "The message expired and was dead lettered.")
         else:
-            self.queries.delete_messages([row.id], [row.body])
-            self.sizes.add(frag.key, -row.size)
+            self.remove(frag, [row.id], [row.body], row.size)
 

@@ -17,6 +17,7 @@ import sqlite3
 from typing import Iterator, Protocol
 
 from ..errors import InvalidArgumentError, InvalidOperationError
+from ..routing import COUNTER_BITS
 from .store_lock import StoreLock
 
 DURABILITY_MODES = ("normal", "fsync", "memory")
@@ -155,11 +156,16 @@ DROP TABLE bodies;
 ALTER TABLE bodies_v4 RENAME TO bodies;
 """
 
+_SHARED_BODIES_V5 = f"""
+CREATE INDEX messages_shared ON messages (body) WHERE (body >> {COUNTER_BITS}) <> eid;
+"""
+
 MIGRATIONS: tuple[str, ...] = (
     _SCHEMA_V1,  # 0 -> 1: the first release's tables (stores it wrote have them already, unversioned)
     _MESSAGE_ROWS_V2,  # 1 -> 2: entities numbered; messages keyed by (entity number, counter); bodies apart
     _PRODUCERS_V3,  # 2 -> 3: the recent batches of idempotent producers
     _RUNS_V4,  # 3 -> 4: runs (one row and one body for consecutive messages of a batch)
+    _SHARED_BODIES_V5,  # 4 -> 5: rows that share another entity's body (a topic's, from its subscriptions)
 )
 """`MIGRATIONS[v]` is the SQL script that brings a store at version v to version v + 1."""
 

@@ -18,17 +18,23 @@ def is_partitioned(definition: Definition) -> bool:
     return bool(definition["options"].get("enable_partitioning"))
 
 
+def home(definition: Definition, partition_count: int) -> int:
+    """The partition that holds the whole of a non-partitioned entity: a subscription lives where
+    its topic does."""
+    return home_partition(definition.get("topic") or definition["name"], partition_count)
+
+
 def hosts(definition: Definition, partition_count: int) -> list[int]:
     """The partitions that hold the entity: all of them, or its home partition."""
     if is_partitioned(definition):
         return list(range(partition_count))
-    return [home_partition(definition["name"], partition_count)]
+    return [home(definition, partition_count)]
 
 
 def partition_of_sequence(definition: Definition, sequence_number: int, partition_count: int) -> int:
     """The partition that holds the message with `sequence_number`."""
     if not is_partitioned(definition):
-        return home_partition(definition["name"], partition_count)
+        return home(definition, partition_count)
     index = partition_of(sequence_number)
     if not 0 <= index < partition_count:
         raise MessagingEntityNotFoundError(
@@ -41,12 +47,15 @@ def session_partition(definition: Definition, session_id: str, partition_count: 
     """The partition that holds session `session_id`."""
     if is_partitioned(definition):
         return partition_for_key(session_id, partition_count)
-    return home_partition(definition["name"], partition_count)
+    return home(definition, partition_count)
 
 
 def check_send(definition: Definition, envelopes: Sequence[Mapping[str, Any]], max_bytes: int, tier: str) -> None:
     """Refuse a send the entity cannot take: missing session ids or message ids, or too many bytes."""
     name, options = definition["name"], definition["options"]
+    if definition.get("kind") == "subscription":
+        raise InvalidOperationError(f"{name!r} is a subscription: send to its topic {definition['topic']!r}",
+                                    entity=name)
     total = sum(int(e["size"]) for e in envelopes)
     if total > max_bytes:
         raise MessageSizeExceededError(
@@ -69,11 +78,11 @@ def plan_send(definition: Definition, envelopes: Sequence[Mapping[str, Any]],
     dedup = bool(definition["options"]["requires_duplicate_detection"])
     keyed: dict[int, list[int]] = {}
     unkeyed: list[int] = []
-    home = None if is_partitioned(definition) else home_partition(definition["name"], partition_count)
+    home_index = None if is_partitioned(definition) else home(definition, partition_count)
     for i, env in enumerate(envelopes):
         key = resolve_partition_key(env, duplicate_detection=dedup)
-        if home is not None:
-            keyed.setdefault(home, []).append(i)
+        if home_index is not None:
+            keyed.setdefault(home_index, []).append(i)
         elif key is None:
             unkeyed.append(i)
         else:

@@ -19,6 +19,7 @@ import random
 import time
 from typing import Any, Awaitable, Callable, Sequence
 
+from ..entities import SUBSCRIPTIONS_SEGMENT
 from ..errors import (
     InvalidOperationError,
     MessagingEntityNotFoundError,
@@ -161,6 +162,12 @@ class Router:
     def forget(self, name: str) -> None:
         """Drop a deleted entity's definition."""
         self._definitions.pop(name.lower(), None)
+
+    def forget_subscriptions(self, topic: str) -> None:
+        """Drop the definitions of a deleted topic's subscriptions."""
+        prefix = topic.lower() + SUBSCRIPTIONS_SEGMENT
+        for key in [key for key in self._definitions if key.startswith(prefix)]:
+            del self._definitions[key]
 
     # ------------------------------------------------------------------ sending
 

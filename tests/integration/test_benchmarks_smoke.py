@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks import async_senders, p5_memory, p6_recovery, scale, suite
+from benchmarks import async_senders, p5_memory, p6_recovery, scale, suite, topic_fanout
 from benchmarks.baselines import redis_server
 
 pytestmark = pytest.mark.ray
@@ -89,3 +89,14 @@ def test_async_senders_compares_async_and_sync_sending(ray_instance: None) -> No
     assert set(doc["results"]) == {"sync_1", "async_2"}
     assert all(r["msgs_per_s"] > 0 for r in doc["results"].values())
     assert [t["threshold"] for t in doc["targets"]] == [1.5]
+
+
+def test_topic_fanout_measures_the_engine_and_a_namespace(ray_instance: None) -> None:
+    config = topic_fanout.FanoutConfig(subscriptions=[1, 3], rounds=1, batches=2, batch_size=20)
+    doc = well_formed(topic_fanout.run(config), "topic_fanout")
+    assert set(doc["results"]) == {"engine", "namespace"}
+    assert all(set(r) == {"1", "3"} for r in doc["results"].values())
+    assert doc["results"]["engine"]["3"]["stored_bytes_per_message"] == doc["results"]["engine"]["1"][
+        "stored_bytes_per_message"]
+    assert [t["threshold"] for t in doc["targets"]] == [2.0, 2.0]
+    assert topic_fanout.table(doc)
