@@ -92,7 +92,7 @@ def test_async_senders_compares_async_and_sync_sending(ray_instance: None) -> No
 
 
 def test_topic_fanout_measures_the_engine_and_a_namespace(ray_instance: None) -> None:
-    config = topic_fanout.FanoutConfig(subscriptions=[1, 3], rounds=1, batches=2, batch_size=20)
+    config = topic_fanout.FanoutConfig(subscriptions=[1, 3], rounds=1, batches=2, warmup=1, batch_size=20)
     doc = well_formed(topic_fanout.run(config), "topic_fanout")
     assert set(doc["results"]) == {"engine", "namespace"}
     assert all(set(r) == {"1", "3"} for r in doc["results"].values())
