@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
-from typing import Any, Mapping
+from typing import Any, Mapping, TypeVar
 
 from .clock import MAX_DURATION_SECONDS, duration_seconds, to_datetime
 from .errors import InvalidArgumentError
@@ -207,6 +207,21 @@ def _td(seconds: float | None) -> timedelta | None:
     return None if seconds is None else timedelta(seconds=seconds)
 
 
+_DURATION_OPTIONS = ("duplicate_detection_history_time_window", "lock_duration", "default_message_time_to_live")
+
+P = TypeVar("P")
+
+
+def _properties(cls: type[P], definition: Mapping[str, Any], **fixed: Any) -> P:
+    """A properties object from an entity's wire form: each option the class has a field for
+    (durations as `timedelta`), the creation and update times, and the `fixed` fields."""
+    names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+    options = {key: _td(value) if key in _DURATION_OPTIONS else value
+               for key, value in definition["options"].items() if key in names}
+    return cls(**options, created_at_utc=to_datetime(definition.get("created_at")),
+               updated_at_utc=to_datetime(definition.get("updated_at")), **fixed)
+
+
 @dataclass
 class QueueProperties:
     """A queue's settings, as `create_queue`, `get_queue` and `list_queues` return them."""
@@ -235,26 +250,8 @@ class QueueProperties:
     @classmethod
     def from_definition(cls, definition: Mapping[str, Any], *, sku: Sku) -> QueueProperties:
         """Build from the wire form partitions store, in a namespace of tier `sku`."""
-        opts = definition["options"]
-        return cls(
-            name=definition["name"],
-            enable_partitioning=opts["enable_partitioning"],
-            requires_session=opts["requires_session"],
-            requires_duplicate_detection=opts["requires_duplicate_detection"],
-            duplicate_detection_history_time_window=timedelta(seconds=opts["duplicate_detection_history_time_window"]),
-            lock_duration=timedelta(seconds=opts["lock_duration"]),
-            max_delivery_count=opts["max_delivery_count"],
-            default_message_time_to_live=_td(opts["default_message_time_to_live"]),
-            dead_lettering_on_message_expiration=opts["dead_lettering_on_message_expiration"],
-            forward_to=opts["forward_to"],
-            forward_dead_lettered_messages_to=opts["forward_dead_lettered_messages_to"],
-            max_size_in_megabytes=opts["max_size_in_megabytes"],
-            status=opts["status"],
-            user_metadata=opts.get("user_metadata"),
-            max_message_size_in_kilobytes=sku.max_message_bytes // 1024,
-            created_at_utc=to_datetime(definition.get("created_at")),
-            updated_at_utc=to_datetime(definition.get("updated_at")),
-        )
+        return _properties(cls, definition, name=definition["name"],
+                           max_message_size_in_kilobytes=sku.max_message_bytes // 1024)
 
     def changes(self) -> dict[str, Any]:
         """The option values of this object, for `update_queue(properties)` (the fixed fields are not options)."""
@@ -351,20 +348,8 @@ class TopicProperties:
     @classmethod
     def from_definition(cls, definition: Mapping[str, Any], *, sku: Sku) -> TopicProperties:
         """Build from the wire form partitions store, in a namespace of tier `sku`."""
-        opts = definition["options"]
-        return cls(
-            name=definition["name"],
-            enable_partitioning=opts["enable_partitioning"],
-            requires_duplicate_detection=opts["requires_duplicate_detection"],
-            duplicate_detection_history_time_window=timedelta(seconds=opts["duplicate_detection_history_time_window"]),
-            default_message_time_to_live=_td(opts["default_message_time_to_live"]),
-            max_size_in_megabytes=opts["max_size_in_megabytes"],
-            status=opts["status"],
-            user_metadata=opts.get("user_metadata"),
-            max_message_size_in_kilobytes=sku.max_message_bytes // 1024,
-            created_at_utc=to_datetime(definition.get("created_at")),
-            updated_at_utc=to_datetime(definition.get("updated_at")),
-        )
+        return _properties(cls, definition, name=definition["name"],
+                           max_message_size_in_kilobytes=sku.max_message_bytes // 1024)
 
     def changes(self) -> dict[str, Any]:
         """The option values of this object, for `update_topic(properties)`."""
@@ -397,23 +382,7 @@ class SubscriptionProperties:
     @classmethod
     def from_definition(cls, definition: Mapping[str, Any]) -> SubscriptionProperties:
         """Build from the wire form partitions store."""
-        opts = definition["options"]
-        return cls(
-            name=definition["subscription"],
-            topic_name=definition["topic"],
-            requires_session=opts["requires_session"],
-            lock_duration=timedelta(seconds=opts["lock_duration"]),
-            max_delivery_count=opts["max_delivery_count"],
-            default_message_time_to_live=_td(opts["default_message_time_to_live"]),
-            dead_lettering_on_message_expiration=opts["dead_lettering_on_message_expiration"],
-            dead_lettering_on_filter_evaluation_exceptions=opts["dead_lettering_on_filter_evaluation_exceptions"],
-            forward_to=opts["forward_to"],
-            forward_dead_lettered_messages_to=opts["forward_dead_lettered_messages_to"],
-            status=opts["status"],
-            user_metadata=opts.get("user_metadata"),
-            created_at_utc=to_datetime(definition.get("created_at")),
-            updated_at_utc=to_datetime(definition.get("updated_at")),
-        )
+        return _properties(cls, definition, name=definition["subscription"], topic_name=definition["topic"])
 
     def changes(self) -> dict[str, Any]:
         """The option values of this object, for `update_subscription(properties)`."""
