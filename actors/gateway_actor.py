@@ -23,6 +23,7 @@ from ray_broker.entities import (
     IMMUTABLE_TOPIC_OPTIONS,
     INHERITED_TOPIC_OPTIONS,
     SUBSCRIPTIONS_SEGMENT,
+    check_subscription_name,
     normalize_queue_options,
     normalize_subscription_options,
     normalize_topic_options,
@@ -144,6 +145,7 @@ class Gateway:
     async def create_subscription(self, topic: str, name: str, options: dict[str, Any], rule: dict[str, Any],
                                   timeout: float) -> dict[str, Any]:
         """Create a subscription of `topic` with its first rule, on every partition the topic lives on."""
+        check_subscription_name(name)
         topic_definition = await self._definition_of(topic, "topic")
         options = normalize_subscription_options(options)
         path = subscription_path(topic_definition["name"], name)

@@ -313,21 +313,14 @@ class PartitionState:
             self.sizes.add(key, size)
         self.sizes.add(topic.key, plan.body_bytes)
 
-    def topic_of(self, frag: Fragment) -> Fragment | None:
-        """The topic of a subscription (None for any other entity)."""
-        if frag.kind != "subscription":
-            return None
-        key = str(frag.definition["topic"]).lower()
-        return self._fragment(key, self.definitions.get(key, frag.definition))
-
     def remove(self, frag: Fragment, ids: list[int], bodies: list[int], size: int) -> None:
         """Delete message rows of `frag` holding `size` bytes, and the bodies no row refers to any
         more (a subscription's shared bodies count in its topic's size)."""
         freed = self.queries.delete_messages(ids, bodies)
         self.sizes.add(frag.key, -size)
-        topic = self.topic_of(frag)
+        topic = frag.definition.get("topic")
         if topic is not None and freed:
-            self.sizes.add(topic.key, -freed)
+            self.sizes.add(str(topic).lower(), -freed)
 
     # ------------------------------------------------------------------ sessions
 
