@@ -59,3 +59,7 @@ was never handed out, without counting a delivery."""
 SUB_QUEUE_NUMBERS = {None: MAIN, SubQueue.DEAD_LETTER: DEAD_LETTER,
                      SubQueue.TRANSFER_DEAD_LETTER: TRANSFER_DEAD_LETTER}
 """A receiver's sub-queue choice -> the stored sub-queue number."""
+
+NAMED_PRODUCER_PREFIX = "named:"
+"""Starts the producer id of a caller-named idempotent producer (`send_idempotent`), which
+partitions remember far longer than a sender's own random one."""

@@ -32,6 +32,18 @@ class Sender(SenderBase):
         """Send a message, a list of messages or a `MessageBatch` in one call."""
         run(self._link, self._send(message, timeout, transaction))
 
+    def send_idempotent(self, message: Any, *, producer_id: str, batch_number: int,
+                        timeout: float | None = DEFAULT_TIMEOUT_S) -> None:
+        """Send messages as batch `batch_number` of the idempotent producer `producer_id`.
+
+        Every partition the call reaches stores the tag in the same store transaction as the
+        messages, and a later call with the same producer id and batch number stores nothing again
+        where it was stored (a partition remembers a named producer's last 32 batch numbers per
+        entity, for 30 days). Unkeyed messages go to the partition the tag hashes to, so a replay
+        goes where the first attempt went. Stream sinks use it to write each micro-batch once.
+        """
+        run(self._link, self._send_idempotent(message, producer_id, batch_number, timeout))
+
     def schedule_messages(self, messages: Any, schedule_time_utc: datetime, *,
                           timeout: float | None = DEFAULT_TIMEOUT_S) -> list[int]:
         """Schedule messages for `schedule_time_utc`; returns their sequence numbers, for cancelling."""

@@ -9,7 +9,8 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from ..errors import InvalidOperationError
+from ..errors import InvalidArgumentError, InvalidOperationError
+from ..protocol import NAMED_PRODUCER_PREFIX
 from ..sku import Sku
 from .core import DEFAULT_TIMEOUT_S, MessageBatch, envelopes_for_send, new_batch, schedule_epoch, sequence_list, wait_seconds
 from .flow import Flow, Link, request
@@ -54,6 +55,19 @@ class SenderBase:
         if envelopes:
             wait = wait_seconds(timeout, DEFAULT_TIMEOUT_S)
             yield request("send", self.entity_name, envelopes, wait, self._tag(), timeout=wait)
+
+    def _send_idempotent(self, message: Any, producer_id: str, batch_number: int,
+                         timeout: float | None) -> Flow[None]:
+        self._check_open()
+        if not isinstance(producer_id, str) or not producer_id:
+            raise InvalidArgumentError(f"producer_id must be a non-empty string, got {producer_id!r}")
+        if not isinstance(batch_number, int) or isinstance(batch_number, bool) or batch_number < 0:
+            raise InvalidArgumentError(f"batch_number must be an int >= 0, got {batch_number!r}")
+        envelopes = envelopes_for_send(self._sku, message)
+        if envelopes:
+            wait = wait_seconds(timeout, DEFAULT_TIMEOUT_S)
+            yield request("send", self.entity_name, envelopes, wait, (NAMED_PRODUCER_PREFIX + producer_id, batch_number),
+                          timeout=wait)
 
     def _schedule(self, messages: Any, schedule_time_utc: datetime, timeout: float | None) -> Flow[list[int]]:
         self._check_open()

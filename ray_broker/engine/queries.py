@@ -26,7 +26,7 @@ import sqlite3
 from functools import partial
 from typing import Any, Iterable, Iterator, NamedTuple, Sequence, TypeVar
 
-from ..protocol import MessageState, SubQueueNumber
+from ..protocol import NAMED_PRODUCER_PREFIX, MessageState, SubQueueNumber
 from ..routing import COUNTER_BITS, COUNTER_MASK
 
 _ACTIVE, _DEFERRED, _SCHEDULED = int(MessageState.ACTIVE), int(MessageState.DEFERRED), int(MessageState.SCHEDULED)
@@ -279,9 +279,12 @@ class Queries:
                         "VALUES (:entity, :producer, :now, :batches)",
                         {"entity": key, "producer": producer, "now": now, "batches": batches})
 
-    def forget_producers(self, idle_since: float) -> None:
-        """Forget producers not used since `idle_since`."""
-        self.db.execute("DELETE FROM producers WHERE last_used < :since", {"since": idle_since})
+    def forget_producers(self, idle_since: float, named_idle_since: float) -> None:
+        """Forget producers not used since `idle_since`, and named ones not used since `named_idle_since`."""
+        self.db.execute("DELETE FROM producers WHERE last_used < :since AND (last_used < :named_since "
+                        "OR substr(producer, 1, :prefix_length) <> :prefix)",
+                        {"since": idle_since, "named_since": named_idle_since,
+                         "prefix_length": len(NAMED_PRODUCER_PREFIX), "prefix": NAMED_PRODUCER_PREFIX})
 
     # ------------------------------------------------------------------ writing messages
 

@@ -40,3 +40,17 @@ def test_a_restarted_partition_still_recognizes_the_batch(namespace: rb.Namespac
     assert namespace._link.call("send", queue_name, envelopes, 60.0, tag, timeout=60.0) == first
     assert namespace.get_queue_runtime_properties(queue_name).active_message_count == 10
     namespace.delete_queue(queue_name)
+
+
+def test_a_named_producer_stores_each_batch_once(namespace: rb.Namespace, queue_name: str) -> None:
+    namespace.create_queue(queue_name, enable_partitioning=True)
+    batch = [rb.Message(f"k{i}", partition_key=f"key-{i % 7}") for i in range(30)] + \
+        [rb.Message(f"u{i}") for i in range(30)]
+    with namespace.get_queue_sender(queue_name) as sender:
+        sender.send_idempotent(batch, producer_id="sink-under-test", batch_number=3)
+    with namespace.get_queue_sender(queue_name) as replaying:
+        replaying.send_idempotent(batch, producer_id="sink-under-test", batch_number=3)
+        assert namespace.get_queue_runtime_properties(queue_name).active_message_count == 60
+        replaying.send_idempotent(batch[:5], producer_id="sink-under-test", batch_number=4)
+    assert namespace.get_queue_runtime_properties(queue_name).active_message_count == 65
+    namespace.delete_queue(queue_name)

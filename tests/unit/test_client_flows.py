@@ -18,6 +18,7 @@ from ray_broker.client.flow import Call, drive, request, run, run_async
 from ray_broker.client.receiving import ReceiverBase, SessionBase, check_renewable
 from ray_broker.client.sending import SenderBase
 from ray_broker.errors import (
+    InvalidArgumentError,
     InvalidOperationError,
     MessageAlreadySettled,
     MessageLockLostError,
@@ -262,6 +263,17 @@ def test_sender_flows() -> None:
     assert tags == [(sender._producer, 0), (sender._producer, 1)], "each send call carries the next producer tag"
     with pytest.raises(InvalidOperationError, match="transactions"):
         run(link, sender._send(Message("a"), None, object()))
+
+
+def test_an_idempotent_send_carries_the_named_producer_tag() -> None:
+    link = FakeLink(send=lambda entity, envelopes, wait, tag: list(range(len(envelopes))))
+    sender = SenderBase(link, STANDARD, "q")
+    run(link, sender._send_idempotent([Message("a"), Message("b")], "sink-1", 64, None))
+    run(link, sender._send_idempotent([], "sink-1", 65, None))
+    assert [c.args[3] for c in link.calls] == [("named:sink-1", 64)], "an empty send makes no call"
+    for producer_id, number in (("", 1), (None, 1), ("s", -1), ("s", True), ("s", 1.5)):
+        with pytest.raises(InvalidArgumentError):
+            run(link, sender._send_idempotent(Message("a"), producer_id, number, None))  # type: ignore[arg-type]
 
 
 def test_update_queue_sends_only_what_changed() -> None:

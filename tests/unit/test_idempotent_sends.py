@@ -7,9 +7,10 @@ from typing import Any, Callable
 import pytest
 
 from ray_broker import Message
-from ray_broker.engine.scheduling import PRODUCER_IDLE_S
+from ray_broker.engine.scheduling import NAMED_PRODUCER_IDLE_S, PRODUCER_IDLE_S
 from ray_broker.engine.sending import PRODUCER_BATCH_HISTORY
 from ray_broker.errors import InvalidArgumentError, QuotaExceededError
+from ray_broker.protocol import NAMED_PRODUCER_PREFIX
 
 from .conftest import Broker
 
@@ -86,6 +87,17 @@ def test_a_producer_idle_for_over_an_hour_is_forgotten(broker: Broker) -> None:
     broker.engine.housekeeping()
     assert broker.engine.send("q", envelopes("a"), producer=("idle", 1)) == [4]
     assert broker.engine.send("q", envelopes("a"), producer=("busy", 1)) == [2]
+
+
+def test_a_named_producer_is_remembered_for_thirty_days(broker: Broker) -> None:
+    broker.create_queue("q")
+    broker.engine.send("q", envelopes("a"), producer=(NAMED_PRODUCER_PREFIX + "sink", 1))
+    broker.clock.advance(NAMED_PRODUCER_IDLE_S - 1)
+    broker.engine.housekeeping()
+    assert broker.engine.send("q", envelopes("a"), producer=(NAMED_PRODUCER_PREFIX + "sink", 1)) == [1]
+    broker.clock.advance(NAMED_PRODUCER_IDLE_S + 1)
+    broker.engine.housekeeping()
+    assert broker.engine.send("q", envelopes("a"), producer=(NAMED_PRODUCER_PREFIX + "sink", 1)) == [2]
 
 
 def test_only_the_latest_batches_are_remembered(broker: Broker) -> None:
