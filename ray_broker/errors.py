@@ -23,6 +23,7 @@ __all__ = [
     "SessionCannotBeLockedError",
     "QuotaExceededError",
     "OperationTimeoutError",
+    "TransactionTimeoutError",
     "ServerBusyError",
     "UnauthorizedError",
     "StoreLockedError",
@@ -117,6 +118,12 @@ class OperationTimeoutError(ServiceBusError):
     """The operation did not complete within its time limit."""
 
     retryable = True
+
+
+class TransactionTimeoutError(OperationTimeoutError):
+    """A transaction was not committed within 2 minutes of its first operation and was rolled back."""
+
+    retryable = False
 
 
 class ServerBusyError(ServiceBusError):

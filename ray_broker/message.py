@@ -223,9 +223,11 @@ class ReceivedMessage:
             setattr(self, name, wire.get(name))
         self.sequence_number: int = record["sequence_number"]
         self.delivery_count: int = record.get("delivery_count", 0)
-        self.dead_letter_reason: str | None = record.get("dead_letter_reason")
-        self.dead_letter_error_description: str | None = record.get("dead_letter_error_description")
-        self.dead_letter_source: str | None = record.get("dead_letter_source")
+        # A message forwarded from a dead-letter queue carries where and why it was dead-lettered.
+        self.dead_letter_reason: str | None = record.get("dead_letter_reason", wire.get("dead_letter_reason"))
+        self.dead_letter_error_description: str | None = record.get(
+            "dead_letter_error_description", wire.get("dead_letter_error_description"))
+        self.dead_letter_source: str | None = record.get("dead_letter_source", wire.get("dead_letter_source"))
         token = None if peeked else record.get("lock_token")
         self._token: bytes | uuid.UUID | None = token
         self._locked_until: float | None = None if peeked else record.get("locked_until")

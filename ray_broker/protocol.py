@@ -22,6 +22,8 @@ class MessageState(enum.IntEnum):
     ACTIVE = 0
     DEFERRED = 1
     SCHEDULED = 2
+    TRANSFER = 3
+    """Taken by the forwarder: on its way to the entity's `forward_to` destination."""
 
 
 class ReceiveMode(str, enum.Enum):
@@ -49,7 +51,8 @@ NEXT_AVAILABLE_SESSION = SessionFilter.NEXT_AVAILABLE
 
 MAIN, DEAD_LETTER, TRANSFER_DEAD_LETTER = SubQueueNumber.MAIN, SubQueueNumber.DEAD_LETTER, \
     SubQueueNumber.TRANSFER_DEAD_LETTER
-ACTIVE, DEFERRED, SCHEDULED = MessageState.ACTIVE, MessageState.DEFERRED, MessageState.SCHEDULED
+ACTIVE, DEFERRED, SCHEDULED, TRANSFER = MessageState.ACTIVE, MessageState.DEFERRED, MessageState.SCHEDULED, \
+    MessageState.TRANSFER
 PEEK_LOCK, RECEIVE_AND_DELETE = ReceiveMode.PEEK_LOCK.value, ReceiveMode.RECEIVE_AND_DELETE.value
 
 SETTLE_ACTIONS = ("complete", "abandon", "defer", "dead_letter", "release", "renew")
@@ -63,3 +66,12 @@ SUB_QUEUE_NUMBERS = {None: MAIN, SubQueue.DEAD_LETTER: DEAD_LETTER,
 NAMED_PRODUCER_PREFIX = "named:"
 """Starts the producer id of a caller-named idempotent producer (`send_idempotent`), which
 partitions remember far longer than a sender's own random one."""
+
+MAX_TRANSACTION_OPERATIONS = 100
+"""How many operations (messages sent, settlements) one transaction may hold."""
+TRANSACTION_TIMEOUT_S = 120.0
+"""How long after its first operation a transaction may still commit; later it is rolled back."""
+MAX_TRANSFER_HOPS = 4
+"""How many times a message may be auto-forwarded; the next forward dead-letters it instead."""
+TRANSFER_HOPS_FIELD = "transfer_hops"
+"""The field of a forwarded message's wire form that counts its hops."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from ..errors import MessagingEntityAlreadyExistsError
-from ..protocol import DEAD_LETTER, SCHEDULED, TRANSFER_DEAD_LETTER
+from ..protocol import DEAD_LETTER, MAIN, SCHEDULED, TRANSFER, TRANSFER_DEAD_LETTER
 from ..routing import COUNTER_MASK
 from .state import PartitionState
 
@@ -89,8 +89,11 @@ def runtime(state: PartitionState, entity: str) -> dict[str, Any]:
               "size": state.sizes.get(frag.key, 0)}
     if frag.kind == "topic":
         counts["subscriptions"] = len(state.subscribers(frag))
+    forwards = bool(frag.options.get("forward_to"))
     for subq, message_state, n in state.queries.message_counts(frag.entity_id):
-        if subq == DEAD_LETTER:
+        if message_state == TRANSFER or (forwards and subq == MAIN and message_state != SCHEDULED):
+            counts["transfer"] += n
+        elif subq == DEAD_LETTER:
             counts["dead_letter"] += n
         elif subq == TRANSFER_DEAD_LETTER:
             counts["transfer_dead_letter"] += n

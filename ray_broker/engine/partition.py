@@ -6,7 +6,7 @@ method commits to the store before it returns, so whatever it acknowledges survi
 Times are epoch seconds; lock tokens are 16 random bytes.
 
 The operations live in `catalog`, `sending`, `receiving`, `settling`, `sessions`,
-`scheduling` and `topics`, each over the shared `PartitionState`; this class is the table of them that the
+`scheduling`, `topics`, `transactions` and `outbox`, each over the shared `PartitionState`; this class is the table of them that the
 partition actor exposes by name.
 """
 from __future__ import annotations
@@ -25,7 +25,7 @@ from ..protocol import (
     SCHEDULED,
     TRANSFER_DEAD_LETTER,
 )
-from . import catalog, receiving, scheduling, sending, sessions, settling, topics
+from . import catalog, outbox, receiving, scheduling, sending, sessions, settling, topics, transactions
 from .state import PartitionState
 from .store import Store
 
@@ -171,6 +171,53 @@ class PartitionEngine:
              session_id: str | None = None) -> list[dict[str, Any]]:
         """Browse messages from `from_sequence` in sequence order without locking them."""
         return receiving.peek(self.state, entity, subq, from_sequence, max_count, session_id)
+
+    # ------------------------------------------------------------------ transactions and forwarding
+
+    def commit_transaction(self, transaction_id: str, deadline: float,
+                           operations: Sequence[Sequence[Any]]) -> list[Any]:
+        """Apply a transaction's operations in one store transaction: all or nothing.
+
+        Each operation is `["send", entity, envelopes]` or `["settle", entity, subq, ops,
+        session]` (as `send` and `settle` take them); the results come back in order. A settlement
+        that fails fails the whole commit, as does a deadline (epoch seconds) already past. A
+        repeated commit of the same `transaction_id` answers with the first results.
+        """
+        state = self.state
+        with self.unit_of_work():
+            done = transactions.recorded(state, transaction_id)
+            if done is not None:
+                return done
+            transactions.check(state, transaction_id, deadline, operations)
+            results: list[Any] = []
+            for op in operations:
+                if op[0] == "send":
+                    results.append(sending.send(state, op[1], op[2]))
+                    continue
+                outcome = settling.settle(state, op[1], op[2], op[3], op[4])
+                failed = next((r for r in outcome if isinstance(r, BaseException)), None)
+                if failed is not None:
+                    raise failed
+                results.append(outcome)
+            transactions.record(state, transaction_id, results)
+        return results
+
+    def forwards(self) -> bool:
+        """Whether any entity hosted here auto-forwards."""
+        return bool(self.state.forwarding())
+
+    def take_transfer(self, limit: int) -> dict[str, Any] | None:
+        """The next batch to forward (`id`, `source`, `destination`, `envelopes`), or None; see `outbox.take`."""
+        transfer = outbox.take(self.state, limit)
+        return None if transfer is None else vars(transfer).copy()
+
+    def transfer_done(self, transfer_id: int) -> None:
+        """The destination stored batch `transfer_id`: remove its messages here."""
+        outbox.done(self.state, transfer_id)
+
+    def transfer_failed(self, transfer_id: int, reason: str, description: str) -> None:
+        """Batch `transfer_id` can never reach its destination: move it to the transfer dead-letter queue."""
+        outbox.dead_letter(self.state, transfer_id, reason, description)
 
     # ------------------------------------------------------------------ sessions
 

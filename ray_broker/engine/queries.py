@@ -30,7 +30,9 @@ from ..protocol import NAMED_PRODUCER_PREFIX, MessageState, SubQueueNumber
 from ..routing import COUNTER_BITS, COUNTER_MASK
 
 _ACTIVE, _DEFERRED, _SCHEDULED = int(MessageState.ACTIVE), int(MessageState.DEFERRED), int(MessageState.SCHEDULED)
+_TRANSFER = int(MessageState.TRANSFER)
 _MAIN, _DEAD_LETTER = int(SubQueueNumber.MAIN), int(SubQueueNumber.DEAD_LETTER)
+_TRANSFER_DEAD_LETTER = int(SubQueueNumber.TRANSFER_DEAD_LETTER)
 _IN_LIST_MAX = 512
 
 
@@ -80,6 +82,18 @@ class MessageRow(NamedTuple):
     """How many messages the row holds: 1, or more for a run (see the module docstring)."""
     body: int
     """The id of the `bodies` row that holds the payloads."""
+
+
+class Transfer(NamedTuple):
+    """A batch the forwarder took from an entity, until its destination has stored it."""
+
+    id: int
+    """Also the batch number of the forwarder's idempotent send, so a repeat is recognized."""
+    eid: int
+    subq: int
+    destination: str
+    rows: bytes
+    """The message row ids (msgpack list), in order."""
 
 
 class LockState(NamedTuple):
@@ -218,6 +232,7 @@ class Queries:
         first, last = row_id_range(entity_id)
         self.db.execute("DELETE FROM bodies WHERE id BETWEEN :first AND :last", {"first": first, "last": last})
         self.db.execute("DELETE FROM messages WHERE eid = :eid", {"eid": entity_id})
+        self.db.execute("DELETE FROM transfers WHERE eid = :eid", {"eid": entity_id})
         for table, column in (("sessions", "entity"), ("dedup", "entity"), ("producers", "entity"),
                               ("counters", "entity"), ("entities", "key")):
             self.db.execute(f"DELETE FROM {table} WHERE {column} = :key", {"key": key})
@@ -285,6 +300,50 @@ class Queries:
                         "OR substr(producer, 1, :prefix_length) <> :prefix)",
                         {"since": idle_since, "named_since": named_idle_since,
                          "prefix_length": len(NAMED_PRODUCER_PREFIX), "prefix": NAMED_PRODUCER_PREFIX})
+
+    # ------------------------------------------------------------------ transactions
+
+    def transaction_results(self, transaction_id: str) -> bytes | None:
+        """The results (msgpack) of a transaction committed here, if it was."""
+        row = self.db.execute("SELECT results FROM transactions WHERE id = :id", {"id": transaction_id}).fetchone()
+        return None if row is None else bytes(row[0])
+
+    def record_transaction(self, transaction_id: str, now: float, results: bytes) -> None:
+        """Record a transaction committed at `now` with its results."""
+        self.db.execute("INSERT INTO transactions (id, committed_at, results) VALUES (:id, :now, :results)",
+                        {"id": transaction_id, "now": now, "results": results})
+
+    def forget_transactions(self, committed_before: float) -> None:
+        """Forget transactions committed before `committed_before`."""
+        self.db.execute("DELETE FROM transactions WHERE committed_at < :before", {"before": committed_before})
+
+    # ------------------------------------------------------------------ the forwarder's outbox
+
+    def pending_transfer(self) -> Transfer | None:
+        """The oldest transfer the forwarder took and has not finished."""
+        found = _rows(Transfer, self.db.execute(
+            "SELECT id, eid, subq, destination, rows FROM transfers ORDER BY id LIMIT 1"))
+        return found[0] if found else None
+
+    def add_transfer(self, entity_id: int, subq: int, destination: str, ids: Sequence[int], rows: bytes) -> int:
+        """Record a transfer of message rows `ids` (its `rows`, msgpack) and mark them taken; its id."""
+        self.db.executemany(f"UPDATE messages SET state = {_TRANSFER} WHERE id = ?",
+                            [(i,) for i in ids])
+        cursor = self.db.execute(
+            "INSERT INTO transfers (eid, subq, destination, rows) VALUES (:eid, :subq, :destination, :rows)",
+            {"eid": entity_id, "subq": subq, "destination": destination, "rows": rows})
+        return int(cursor.lastrowid or 0)
+
+    def delete_transfer(self, transfer_id: int) -> None:
+        """Forget a finished transfer."""
+        self.db.execute("DELETE FROM transfers WHERE id = :id", {"id": transfer_id})
+
+    def transfer_dead_letter(self, ids: Sequence[int], reason: str, description: str) -> None:
+        """Move message rows to their entity's transfer dead-letter sub-queue, active."""
+        self.db.executemany(
+            f"UPDATE messages SET subq = {_TRANSFER_DEAD_LETTER}, state = {_ACTIVE}, "
+            "lock_token = NULL, locked_until = NULL, dl_reason = ?, dl_description = ? WHERE id = ?",
+            [(reason, description, i) for i in ids])
 
     # ------------------------------------------------------------------ writing messages
 

@@ -24,7 +24,7 @@ def receive(state: PartitionState, entity: str, subq: int, max_count: int, mode:
     way (a crash between lock and reply) and are handed out again first, keeping session order.
     """
     frag = state.fragment(entity)
-    state.check_receivable(frag)
+    state.check_receivable(frag, subq)
     with state.store.transaction():
         session_id, session_until = state.check_session(frag, subq, session)
         now = state.clock.now()
@@ -99,7 +99,7 @@ def receive_deferred(state: PartitionState, entity: str, subq: int, sequence_num
     """Receive deferred messages by sequence number (locked, or removed in receive-and-delete).
     A deferred message is never part of a run: deferring cuts it out."""
     frag = state.fragment(entity)
-    state.check_receivable(frag)
+    state.check_receivable(frag, subq)
     q = state.queries
     records = []
     with state.store.transaction():

@@ -8,6 +8,8 @@ from .state import PartitionState
 
 PRODUCER_IDLE_S = 3600.0
 """How long a partition remembers an idempotent producer that sends nothing."""
+TRANSACTION_MEMORY_S = 3600.0
+"""How long a partition remembers a committed transaction (to answer a retried commit)."""
 NAMED_PRODUCER_IDLE_S = 30 * 86400.0
 """How long a partition remembers a caller-named producer (a stream sink) that sends nothing."""
 
@@ -29,7 +31,8 @@ def cancel_scheduled(state: PartitionState, entity: str, sequence_numbers: Itera
 
 def housekeeping(state: PartitionState) -> bool:
     """Activate due scheduled messages, expire messages, prune duplicate-detection ids, forget
-    idempotent producers idle for over `PRODUCER_IDLE_S` (named ones: `NAMED_PRODUCER_IDLE_S`).
+    idempotent producers idle for over `PRODUCER_IDLE_S` (named ones: `NAMED_PRODUCER_IDLE_S`) and
+    transactions committed over `TRANSACTION_MEMORY_S` ago.
 
     Returns True when messages may have become available (to wake waiting receivers): scheduled
     messages came due, messages expired (perhaps into a dead-letter queue), or a lock lapsed
@@ -46,5 +49,6 @@ def housekeeping(state: PartitionState) -> bool:
                 state.expire(fragments[entity_id], row)
         state.queries.prune_message_ids(now)
         state.queries.forget_producers(now - PRODUCER_IDLE_S, now - NAMED_PRODUCER_IDLE_S)
+        state.queries.forget_transactions(now - TRANSACTION_MEMORY_S)
         lapsed = state.queries.lock_lapsed_between(since, now)
     return changed or bool(expired) or lapsed

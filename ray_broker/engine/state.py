@@ -24,7 +24,7 @@ from ..errors import (
     SessionLockLostError,
 )
 from ..filters import compile_rules
-from ..protocol import MAIN
+from ..protocol import DEAD_LETTER, MAIN
 from ..routing import COUNTER_BITS
 from ..routing.planner import home
 from . import fanout
@@ -209,6 +209,7 @@ class PartitionState:
         self.counters: StagedMap[str, int] = StagedMap(store, dict(q.counters()))
         self.settled = SettledTokens(store)
         self._subscribers: dict[str, list[fanout.Subscriber]] = {}
+        self._forwarding: list[tuple[Fragment, int, str]] | None = None
         self.last_housekeeping = clock.now()
         """When the previous housekeeping round ran (or the partition opened)."""
 
@@ -253,11 +254,15 @@ class PartitionState:
         self.queries.save_counter(frag.key, first + count)
         return first
 
-    def check_receivable(self, frag: Fragment) -> None:
-        """Raise unless the entity is received from (not a topic) and its status allows receiving."""
+    def check_receivable(self, frag: Fragment, subq: int = MAIN) -> None:
+        """Raise unless the entity is received from (not a topic, nor a forwarding entity's main
+        queue) and its status allows receiving."""
         if frag.kind == "topic":
             raise self.error(InvalidOperationError, f"{frag.name!r} is a topic: receive from one of its subscriptions "
                              "(get_subscription_receiver)", frag.name)
+        if subq == MAIN and frag.options.get("forward_to"):
+            raise self.error(InvalidOperationError, f"{frag.name!r} forwards its messages to "
+                             f"{frag.options['forward_to']!r}: receive from there", frag.name)
         if frag.options["status"] in RECEIVE_BLOCKING:
             raise self.error(MessagingEntityDisabledError,
                              f"entity {frag.name!r} has status {frag.options['status']} and cannot be received from; "
@@ -285,8 +290,26 @@ class PartitionState:
         return next(n for n in range(1, len(used) + 2) if n not in used)
 
     def definitions_changed(self) -> None:
-        """Forget what was derived from the definitions (the subscribers of each topic)."""
+        """Forget what was derived from the definitions (the subscribers of each topic, the
+        forwarding entities)."""
         self._subscribers.clear()
+        self._forwarding = None
+
+    def forwarding(self) -> list[tuple[Fragment, int, str]]:
+        """`(fragment, sub-queue, destination)` for each sub-queue hosted here that auto-forwards:
+        the main queue of an entity with `forward_to`, the dead-letter queue of one with
+        `forward_dead_lettered_messages_to`."""
+        if self._forwarding is None:
+            found = []
+            for key, definition in sorted(self.definitions.items()):
+                options = definition["options"]
+                if not (options.get("enable_partitioning") or home(definition, self.partition_count) == self.index):
+                    continue
+                for subq, option in ((MAIN, "forward_to"), (DEAD_LETTER, "forward_dead_lettered_messages_to")):
+                    if options.get(option):
+                        found.append((self._fragment(key, definition), int(subq), str(options[option])))
+            self._forwarding = found
+        return self._forwarding
 
     def subscribers(self, topic: Fragment) -> list[fanout.Subscriber]:
         """The subscriptions of a topic with their compiled rules, in name order."""

@@ -160,12 +160,29 @@ _SHARED_BODIES_V5 = f"""
 CREATE INDEX messages_shared ON messages (body) WHERE (body >> {COUNTER_BITS}) <> eid;
 """
 
+_TRANSACTIONS_AND_TRANSFERS_V6 = """
+CREATE TABLE transactions (
+    id TEXT PRIMARY KEY,
+    committed_at REAL NOT NULL,
+    results BLOB NOT NULL
+);
+CREATE INDEX transactions_age ON transactions (committed_at);
+CREATE TABLE transfers (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    eid INTEGER NOT NULL,
+    subq INTEGER NOT NULL,
+    destination TEXT NOT NULL,
+    rows BLOB NOT NULL
+);
+"""
+
 MIGRATIONS: tuple[str, ...] = (
     _SCHEMA_V1,  # 0 -> 1: the first release's tables (stores it wrote have them already, unversioned)
     _MESSAGE_ROWS_V2,  # 1 -> 2: entities numbered; messages keyed by (entity number, counter); bodies apart
     _PRODUCERS_V3,  # 2 -> 3: the recent batches of idempotent producers
     _RUNS_V4,  # 3 -> 4: runs (one row and one body for consecutive messages of a batch)
     _SHARED_BODIES_V5,  # 4 -> 5: rows that share another entity's body (a topic's, from its subscriptions)
+    _TRANSACTIONS_AND_TRANSFERS_V6,  # 5 -> 6: committed transactions; the forwarder's outbox
 )
 """`MIGRATIONS[v]` is the SQL script that brings a store at version v to version v + 1."""
 
