@@ -46,7 +46,7 @@ from ray_broker.sku import MAX_ENTITIES, get_sku
 from .handles import partition_actor
 
 SWEEP_INTERVAL_S = 30.0
-ADMIN_OPERATIONS = frozenset({"definition", "create_entity", "create_subscription", "update_entity", "delete_entity",
+ADMIN_OPERATIONS = frozenset({"create_entity", "create_subscription", "update_entity", "delete_entity",
                               "list_entities", "add_rule", "remove_rule", "runtime", "routing_table",
                               "partition_failed"})
 """The management operations a gateway serves itself (data operations go to its router)."""
@@ -109,10 +109,6 @@ class Gateway:
         return self.handles.table()
 
     # ------------------------------------------------------------------ entities
-
-    async def definition(self, name: str, fresh: bool = False) -> dict[str, Any]:
-        """An entity's definition, cached for a short while."""
-        return await self.router.definition(name, fresh)
 
     async def create_entity(self, kind: str, name: str, options: dict[str, Any], timeout: float) -> dict[str, Any]:
         """Create a queue or topic on every partition, after the tier, quota and uniqueness checks."""
@@ -186,7 +182,7 @@ class Gateway:
 
     async def _definition_of(self, name: str, kind: str) -> dict[str, Any]:
         """A fresh definition of an entity of `kind` (`MessagingEntityNotFoundError` for another kind)."""
-        definition = await self.definition(name, fresh=True)
+        definition = await self.router.definition(name, fresh=True)
         if definition["kind"] != kind:
             raise MessagingEntityNotFoundError(f"{name!r} is a {definition['kind']}, not a {kind}", entity=name)
         return definition
@@ -201,7 +197,7 @@ class Gateway:
 
     async def update_entity(self, name: str, changes: dict[str, Any], timeout: float) -> dict[str, Any]:
         """Change an entity's settings on every partition."""
-        current = await self.definition(name, fresh=True)
+        current = await self.router.definition(name, fresh=True)
         kind = current["kind"]
         for key in IMMUTABLE_OPTIONS[kind]:
             if key in changes and changes[key] != current["options"][key]:
@@ -250,7 +246,7 @@ class Gateway:
 
     async def delete_entity(self, name: str, timeout: float) -> None:
         """Delete an entity and its messages on every partition (a topic's subscriptions with it)."""
-        await self.definition(name, fresh=True)
+        await self.router.definition(name, fresh=True)
         await self.router.everywhere("delete_entity", name, deadline=time.monotonic() + timeout, entity=name)
         self.router.forget(name)
         self.router.forget_subscriptions(name)
@@ -261,7 +257,7 @@ class Gateway:
 
     async def runtime(self, name: str) -> dict[str, Any]:
         """Per-partition counts (None where a partition did not answer) and the definition."""
-        definition = await self.definition(name)
+        definition = await self.router.definition(name)
         hosts = planner.hosts(definition, self.count)
 
         async def one(k: int) -> Any:

@@ -43,6 +43,7 @@ OPERATIONS: dict[str, bool] = {
     "runtime": False,
     "has_available": False,
     "integrity_check": False,
+    "commit_transaction": True,
 }
 
 

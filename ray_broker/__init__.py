@@ -31,16 +31,17 @@ from .message import Message, ReceivedMessage
 from .protocol import NEXT_AVAILABLE_SESSION, MessageState, ReceiveMode, SubQueue
 from .routing import partition_of
 
-_CLIENT_NAMES = ("start", "connect", "stop", "Namespace", "Sender", "Receiver", "ReceiverSession", "AutoLockRenewer")
+_CLIENT_NAMES = ("start", "connect", "stop", "Namespace", "Sender", "Receiver", "ReceiverSession", "AutoLockRenewer",
+                 "Transaction")
 """Public names that need Ray: loaded on first use."""
 
 
 def __getattr__(name: str) -> Any:
     if name not in _CLIENT_NAMES:
         raise AttributeError(f"module 'ray_broker' has no attribute {name!r}")
-    from .client import autolock, namespace, receiver, sender
+    from .client import autolock, namespace, receiver, sender, transaction
 
-    value = getattr(next(m for m in (namespace, sender, receiver, autolock) if hasattr(m, name)), name)
+    value = getattr(next(m for m in (namespace, sender, receiver, autolock, transaction) if hasattr(m, name)), name)
     globals()[name] = value
     return value
 
@@ -50,7 +51,8 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
-    "start", "connect", "stop", "Namespace", "Sender", "Receiver", "ReceiverSession", "AutoLockRenewer", "MessageBatch",
+    "start", "connect", "stop", "Namespace", "Sender", "Receiver", "ReceiverSession", "AutoLockRenewer", "Transaction",
+    "MessageBatch",
     "Message", "ReceivedMessage", "MessageState", "ReceiveMode", "SubQueue", "NEXT_AVAILABLE_SESSION",
     "QueueProperties", "QueueRuntimeProperties", "PartitionRuntimeProperties", "TopicProperties",
     "TopicRuntimeProperties", "SubscriptionProperties", "SubscriptionRuntimeProperties", "RuleProperties",

@@ -26,8 +26,8 @@ class Sku:
         """Raise `InvalidOperationError` if this tier lacks `feature`."""
         if not self.advanced_features:
             raise InvalidOperationError(
-                f"{feature} is not available on the {self.name} tier; start the namespace with "
-                "sku='standard' or sku='premium' to use it",
+                f"the {self.name} tier does not offer {feature}; start the namespace with "
+                "sku='standard' or sku='premium' instead",
                 entity=entity,
             )
 

@@ -22,5 +22,7 @@ from .autolock import AutoLockRenewer
 from .namespace import Namespace, connect, start, stop
 from .receiver import Receiver, ReceiverSession
 from .sender import Sender
+from .transaction import Transaction
 
-__all__ = ["start", "connect", "stop", "Namespace", "Sender", "Receiver", "ReceiverSession", "AutoLockRenewer"]
+__all__ = ["start", "connect", "stop", "Namespace", "Sender", "Receiver", "ReceiverSession", "AutoLockRenewer",
+           "Transaction"]

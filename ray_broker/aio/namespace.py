@@ -22,6 +22,7 @@ from ..filters import RuleProperties, TrueFilter
 from .closing import Closing
 from .receiver import Receiver
 from .sender import Sender
+from .transaction import Transaction
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -57,7 +58,7 @@ async def stop(name: str, *, delete_data: bool = False) -> None:
     await run_awaiting(stop_flow(name, delete_data=delete_data))
 
 
-class Namespace(NamespaceBase[Sender, Receiver], Closing):
+class Namespace(NamespaceBase[Sender, Receiver, Transaction], Closing):
     """A handle to a running namespace for asyncio code; picklable, and interchangeable with a
     `ray_broker.Namespace` of the same name (`rba.Namespace(sync_ns.config)` and back).
 
@@ -73,6 +74,7 @@ class Namespace(NamespaceBase[Sender, Receiver], Closing):
 
     sender_class = Sender
     receiver_class = Receiver
+    transaction_class = Transaction
 
     def __init__(self, config: NamespaceConfig, gateway_index: int | None = None, *, relay: bool = False) -> None:
         super().__init__(config, open_link(config, gateway_index, relay=relay), relay=relay)

@@ -129,25 +129,40 @@ class Receiver(ReceiverBase, Closing):
     # ------------------------------------------------------------------ settling
 
     async def complete_message(self, message: ReceivedMessage, *, transaction: Any = None) -> None:
-        """Remove the message from the entity."""
-        await self._after_settle(self._settle(message, "complete", transaction=transaction))
+        """Remove the message from the entity (when `transaction` commits, if one is given)."""
+        await self._settlement(message, "complete", transaction)
 
-    async def abandon_message(self, message: ReceivedMessage) -> None:
+    async def abandon_message(self, message: ReceivedMessage, *, transaction: Any = None) -> None:
         """Release the lock at once; the message can be received again (its delivery counted)."""
-        await self._after_settle(self._settle(message, "abandon"))
+        await self._settlement(message, "abandon", transaction)
 
-    async def defer_message(self, message: ReceivedMessage) -> None:
+    async def defer_message(self, message: ReceivedMessage, *, transaction: Any = None) -> None:
         """Set the message aside; only `receive_deferred_messages` can get it again."""
-        await self._after_settle(self._settle(message, "defer"))
+        await self._settlement(message, "defer", transaction)
 
     async def dead_letter_message(self, message: ReceivedMessage, reason: str | None = None,
-                                  error_description: str | None = None) -> None:
+                                  error_description: str | None = None, *, transaction: Any = None) -> None:
         """Move the message to the dead-letter sub-queue with a reason and description."""
-        await self._after_settle(self._settle(message, "dead_letter", reason, error_description))
+        await self._settlement(message, "dead_letter", transaction, reason, error_description)
 
-    async def renew_message_lock(self, message: ReceivedMessage) -> datetime:
-        """Extend the message's lock by the entity's lock duration; returns the new expiry (UTC)."""
+    async def renew_message_lock(self, message: ReceivedMessage, *, transaction: Any = None) -> datetime:
+        """Extend the message's lock by the entity's lock duration; returns the new expiry (UTC).
+
+        In a transaction the lock is extended when it commits; until then this returns the
+        current expiry.
+        """
+        if transaction is not None:
+            await self._run(self._settle_in(transaction, message, "renew"))
+            return message.locked_until_utc  # type: ignore[return-value]
         return to_datetime(await self._run(self._renew_message_lock(message, send_buffered=True)))  # type: ignore[return-value]
+
+    async def _settlement(self, message: ReceivedMessage, action: str, transaction: Any, reason: str | None = None,
+                          description: str | None = None) -> None:
+        """Buffer a settlement, or add it to `transaction`."""
+        if transaction is None:
+            await self._after_settle(self._settle(message, action, reason, description))
+        else:
+            await self._run(self._settle_in(transaction, message, action, reason, description))
 
     async def _renew_lock(self, renewable: Renewable) -> float:
         """A lock renewer's renewal: never waits behind a receive, leaves buffered settlements alone."""

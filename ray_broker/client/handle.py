@@ -17,12 +17,14 @@ from .core import receive_target
 from .flow import Link
 from .receiving import ReceiverBase
 from .sending import SenderBase
+from .transacting import TransactionBase
 
 S = TypeVar("S", bound=SenderBase)
 R = TypeVar("R", bound=ReceiverBase)
+X = TypeVar("X", bound=TransactionBase)
 
 
-class NamespaceBase(Generic[S, R]):
+class NamespaceBase(Generic[S, R, X]):
     """A handle's state and the clients it makes; subclasses name their sender and receiver
     classes and add the calls.
 
@@ -34,6 +36,7 @@ class NamespaceBase(Generic[S, R]):
 
     sender_class: ClassVar[type[SenderBase]]
     receiver_class: ClassVar[type[ReceiverBase]]
+    transaction_class: ClassVar[type[TransactionBase]]
 
     def __init__(self, config: NamespaceConfig, link: Link, *, relay: bool) -> None:
         self.config = config
@@ -90,6 +93,11 @@ class NamespaceBase(Generic[S, R]):
             else:
                 self._receivers.add(client)
 
+    def transaction(self) -> X:
+        """A new transaction (see `Transaction`); `InvalidOperationError` on the basic tier."""
+        self.sku.require("transactions")
+        return self.transaction_class(self._link, self.sku, self.partition_count)  # type: ignore[return-value]
+
     def get_queue_sender(self, queue_name: str) -> S:
         """A sender for a queue (`InvalidOperationError` once this handle is closed)."""
         check_entity_name(queue_name, "queue")
@@ -127,5 +135,6 @@ class NamespaceBase(Generic[S, R]):
                                        prefetch_count=prefetch_count, max_wait_time=max_wait_time)
 
 
-def _rebuild(cls: type[NamespaceBase[Any, Any]], config: NamespaceConfig, relay: bool) -> NamespaceBase[Any, Any]:
+def _rebuild(cls: type[NamespaceBase[Any, Any, Any]], config: NamespaceConfig,
+             relay: bool) -> NamespaceBase[Any, Any, Any]:
     return cls(config, relay=relay)  # type: ignore[call-arg]

@@ -24,6 +24,7 @@ from .handle import NamespaceBase
 from .lifecycle import connect_namespace, start_namespace, stop_namespace
 from .receiver import Receiver
 from .sender import Sender
+from .transaction import Transaction
 
 T = TypeVar("T")
 
@@ -55,7 +56,7 @@ def stop(name: str, *, delete_data: bool = False) -> None:
     stop_namespace(name, delete_data=delete_data)
 
 
-class Namespace(NamespaceBase[Sender, Receiver]):
+class Namespace(NamespaceBase[Sender, Receiver, Transaction]):
     """A handle to a running namespace; picklable, so it can travel into tasks and actors.
 
     Also a context manager: `close()` (or leaving `with`) closes the senders and receivers this
@@ -74,6 +75,7 @@ class Namespace(NamespaceBase[Sender, Receiver]):
 
     sender_class = Sender
     receiver_class = Receiver
+    transaction_class = Transaction
 
     def __init__(self, config: NamespaceConfig, gateway_index: int | None = None, *, relay: bool = False) -> None:
         super().__init__(config, open_link(config, gateway_index, relay=relay), relay=relay)

@@ -170,25 +170,40 @@ class Receiver(ReceiverBase):
     # ------------------------------------------------------------------ settling
 
     def complete_message(self, message: ReceivedMessage, *, transaction: Any = None) -> None:
-        """Remove the message from the entity."""
-        self._after_settle(self._settle(message, "complete", transaction=transaction))
+        """Remove the message from the entity (when `transaction` commits, if one is given)."""
+        self._settlement(message, "complete", transaction)
 
-    def abandon_message(self, message: ReceivedMessage) -> None:
+    def abandon_message(self, message: ReceivedMessage, *, transaction: Any = None) -> None:
         """Release the lock at once; the message can be received again (its delivery counted)."""
-        self._after_settle(self._settle(message, "abandon"))
+        self._settlement(message, "abandon", transaction)
 
-    def defer_message(self, message: ReceivedMessage) -> None:
+    def defer_message(self, message: ReceivedMessage, *, transaction: Any = None) -> None:
         """Set the message aside; only `receive_deferred_messages` can get it again."""
-        self._after_settle(self._settle(message, "defer"))
+        self._settlement(message, "defer", transaction)
 
     def dead_letter_message(self, message: ReceivedMessage, reason: str | None = None,
-                            error_description: str | None = None) -> None:
+                            error_description: str | None = None, *, transaction: Any = None) -> None:
         """Move the message to the dead-letter sub-queue with a reason and description."""
-        self._after_settle(self._settle(message, "dead_letter", reason, error_description))
+        self._settlement(message, "dead_letter", transaction, reason, error_description)
 
-    def renew_message_lock(self, message: ReceivedMessage) -> datetime:
-        """Extend the message's lock by the entity's lock duration; returns the new expiry (UTC)."""
+    def renew_message_lock(self, message: ReceivedMessage, *, transaction: Any = None) -> datetime:
+        """Extend the message's lock by the entity's lock duration; returns the new expiry (UTC).
+
+        In a transaction the lock is extended when it commits; until then this returns the
+        current expiry.
+        """
+        if transaction is not None:
+            self._run(self._settle_in(transaction, message, "renew"))
+            return message.locked_until_utc  # type: ignore[return-value]
         return to_datetime(self._run(self._renew_message_lock(message, send_buffered=True)))  # type: ignore[return-value]
+
+    def _settlement(self, message: ReceivedMessage, action: str, transaction: Any, reason: str | None = None,
+                    description: str | None = None) -> None:
+        """Buffer a settlement, or add it to `transaction`."""
+        if transaction is None:
+            self._after_settle(self._settle(message, action, reason, description))
+        else:
+            self._run(self._settle_in(transaction, message, action, reason, description))
 
     def _renew_lock(self, renewable: Renewable) -> float:
         """A lock renewer's renewal: never waits behind a receive, leaves buffered settlements alone."""

@@ -31,6 +31,7 @@ from .core import (
 )
 from .flow import Flow, Link, request
 from .renewal import LockView, Registration
+from .transacting import check_transaction
 
 OP_TIMEOUT_S = 60.0
 """How long a receiver's calls (other than receives) wait."""
@@ -194,11 +195,8 @@ class ReceiverBase:
 
     # ------------------------------------------------------------------ settling
 
-    def _settle(self, message: Any, action: str, reason: Any = None, description: Any = None,
-                transaction: Any = None) -> Flush:
+    def _settle(self, message: Any, action: str, reason: Any = None, description: Any = None) -> Flush:
         """Check a settlement here and buffer it; says when the buffer is to be sent (no I/O)."""
-        if transaction is not None:
-            raise InvalidOperationError(f"transactions are not available in this version; {action} without transaction=")
         self._settlements.raise_deferred()
         now = time.time()
         session_until = None if self._session is None else self._session.locked_until
@@ -206,15 +204,31 @@ class ReceiverBase:
         deadline = session_until if session_until is not None else message.locked_until
         return self._settlements.add(message, op, deadline, now)
 
-    def _renew_message_lock(self, message: ReceivedMessage, *, send_buffered: bool) -> Flow[float]:
-        """Renew one message lock; returns its new expiry (epoch seconds). Without `send_buffered`,
-        buffered settlements and their errors are left to the receiver's next operation (lock
-        renewers renew this way)."""
+    def _settle_in(self, transaction: Any, message: Any, action: str, reason: Any = None,
+                   description: Any = None) -> Flow[None]:
+        """Check a settlement here and add it to `transaction` (applied when it commits)."""
+        transaction = check_transaction(transaction)
+        self._settlements.raise_deferred()
+        if action == "renew":
+            self._check_message_locks()
+        session_until = None if self._session is None else self._session.locked_until
+        op = settlement_op(message, action, self._key, self._closed, reason, description, session_until, time.time())
+        yield from transaction._stage_settlement(self._link, self._target.entity, self._target.subq,
+                                                 self._session_wire(), message, op)
+
+    def _check_message_locks(self) -> None:
+        """Raise unless this receiver's messages have locks of their own to renew."""
         if self._target.session_id is not None:
             raise InvalidOperationError("messages of a session receiver are locked by the session: "
                                         "use receiver.session.renew_lock()")
         if self._target.mode is ReceiveMode.RECEIVE_AND_DELETE:
             raise InvalidOperationError("messages received in RECEIVE_AND_DELETE mode have no lock to renew")
+
+    def _renew_message_lock(self, message: ReceivedMessage, *, send_buffered: bool) -> Flow[float]:
+        """Renew one message lock; returns its new expiry (epoch seconds). Without `send_buffered`,
+        buffered settlements and their errors are left to the receiver's next operation (lock
+        renewers renew this way)."""
+        self._check_message_locks()
         if send_buffered:
             yield from self._before_operation()
         op = settlement_op(message, "renew", self._key, self._closed)

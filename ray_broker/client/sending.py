@@ -14,6 +14,7 @@ from ..protocol import NAMED_PRODUCER_PREFIX
 from ..sku import Sku
 from .core import DEFAULT_TIMEOUT_S, MessageBatch, envelopes_for_send, new_batch, schedule_epoch, sequence_list, wait_seconds
 from .flow import Flow, Link, request
+from .transacting import check_transaction
 
 
 class SenderBase:
@@ -49,10 +50,10 @@ class SenderBase:
 
     def _send(self, message: Any, timeout: float | None, transaction: Any) -> Flow[None]:
         self._check_open()
-        if transaction is not None:
-            raise InvalidOperationError("transactions are not available in this version; send without transaction=")
         envelopes = envelopes_for_send(self._sku, message)
-        if envelopes:
+        if envelopes and transaction is not None:
+            yield from check_transaction(transaction)._stage_send(self._link, self.entity_name, envelopes)
+        elif envelopes:
             wait = wait_seconds(timeout, DEFAULT_TIMEOUT_S)
             yield request("send", self.entity_name, envelopes, wait, self._tag(), timeout=wait)
 

@@ -43,11 +43,16 @@ def partition_of_sequence(definition: Definition, sequence_number: int, partitio
     return index
 
 
+def key_partition(definition: Definition, key: str, partition_count: int) -> int:
+    """The partition that holds the messages keyed `key` (a session id, partition key or message id)."""
+    if is_partitioned(definition):
+        return partition_for_key(key, partition_count)
+    return home(definition, partition_count)
+
+
 def session_partition(definition: Definition, session_id: str, partition_count: int) -> int:
     """The partition that holds session `session_id`."""
-    if is_partitioned(definition):
-        return partition_for_key(session_id, partition_count)
-    return home(definition, partition_count)
+    return key_partition(definition, session_id, partition_count)
 
 
 def check_send(definition: Definition, envelopes: Sequence[Mapping[str, Any]], max_bytes: int, tier: str) -> None:

@@ -42,8 +42,9 @@ UNKEYED_SETTLE_S = 10.0
 GATHER_WINDOW_S = 0.003
 """After the first waiting receive brings messages, how long the others get to bring theirs."""
 DATA_OPERATIONS = frozenset({"send", "cancel_scheduled", "receive", "settle", "close_receiver", "receive_deferred",
-                             "peek", "accept_session", "session_call"})
-"""The router methods that clients call; everything else a gateway serves is management."""
+                             "peek", "accept_session", "session_call", "commit_transaction", "definition"})
+"""The router methods that clients call (a definition too: a direct client keeps its own cache of
+them); everything else a gateway serves is management."""
 DEFINITION_TTL_S = 2.0
 """How long an entity's definition is cached."""
 SETTLE_TIMEOUT_S = 60.0
@@ -255,6 +256,17 @@ class Router:
             except PartitionUnavailable:
                 continue
         return None
+
+    async def commit_transaction(self, index: int, transaction_id: str, deadline: float,
+                                 operations: list[list[Any]], timeout: float) -> list[Any]:
+        """Commit a transaction's operations on partition `index` (the one they are pinned to),
+        retried there until `timeout` (a repeat of a commit that took effect answers with its
+        results). Operations are `["send", entity, envelopes]` or `["settle", entity, subq,
+        session, ops]` with the session as clients carry it."""
+        calls = [op if op[0] == "send" else ["settle", op[1], op[2], op[4], _session_args(op[3])]
+                 for op in operations]
+        return await self.keyed(index, "commit_transaction", transaction_id, deadline,  # type: ignore[no-any-return]
+                                calls, deadline=self.clock() + timeout)
 
     async def cancel_scheduled(self, entity: str, sequence_numbers: list[int], timeout: float) -> None:
         """Cancel scheduled messages on the partitions that hold them."""

@@ -261,7 +261,7 @@ def test_sender_flows() -> None:
     assert link.operations() == ["send", "send", "cancel_scheduled"]
     tags = [c.args[3] for c in link.calls if c.operation == "send"]
     assert tags == [(sender._producer, 0), (sender._producer, 1)], "each send call carries the next producer tag"
-    with pytest.raises(InvalidOperationError, match="transactions"):
+    with pytest.raises(InvalidArgumentError, match="ns.transaction()"):
         run(link, sender._send(Message("a"), None, object()))
 
 
