@@ -167,12 +167,7 @@ class Gateway:
         return existing
 
     async def _create(self, definition: dict[str, Any], timeout: float) -> dict[str, Any]:
-        for target in (definition["options"].get("forward_to"),
-                       definition["options"].get("forward_dead_lettered_messages_to")):
-            if target is not None:
-                raise InvalidOperationError(
-                    f"auto-forwarding (to {target!r}) is not available in this version; create "
-                    f"{definition['name']!r} without it", entity=definition["name"])
+        await self._check_forwarding(definition["name"], definition["options"])
         now = time.time()
         definition = {**definition, "incarnation": uuid.uuid4().hex, "created_at": now, "updated_at": now}
         await self.router.everywhere("create_entity", definition, deadline=time.monotonic() + timeout,
@@ -195,6 +190,28 @@ class Gateway:
         if options.get("forward_to") or options.get("forward_dead_lettered_messages_to"):
             self.sku.require("auto-forwarding", name)
 
+    async def _check_forwarding(self, name: str, options: dict[str, Any]) -> None:
+        """Refuse forwarding that cannot work: from a session-enabled entity, to itself, or to an
+        entity that is not an existing queue or topic of this namespace."""
+        for option in ("forward_to", "forward_dead_lettered_messages_to"):
+            target = options.get(option)
+            if target is None:
+                continue
+            if option == "forward_to" and options.get("requires_session"):
+                raise InvalidOperationError(f"{name!r} requires sessions and cannot auto-forward; leave forward_to "
+                                            "unset on session-enabled queues and subscriptions", entity=name)
+            if target.lower() == name.lower():
+                raise InvalidOperationError(f"{name!r} cannot forward to itself; choose another {option}", entity=name)
+            try:
+                destination = await self.router.definition(target, fresh=True)
+            except MessagingEntityNotFoundError:
+                raise MessagingEntityNotFoundError(
+                    f"{option} of {name!r} names {target!r}, which does not exist in namespace "
+                    f"{self.config.name!r}; create it first", entity=name) from None
+            if destination["kind"] not in ("queue", "topic"):
+                raise InvalidOperationError(f"{option} of {name!r} names {target!r}, a {destination['kind']}: "
+                                            "messages can be forwarded to a queue or a topic", entity=name)
+
     async def update_entity(self, name: str, changes: dict[str, Any], timeout: float) -> dict[str, Any]:
         """Change an entity's settings on every partition."""
         current = await self.router.definition(name, fresh=True)
@@ -212,10 +229,7 @@ class Gateway:
         else:
             options = normalize_queue_options(changes, base=current["options"])
         self._check_features(name, options)
-        for target in (options.get("forward_to"), options.get("forward_dead_lettered_messages_to")):
-            if target is not None:
-                raise InvalidOperationError(
-                    f"auto-forwarding (to {target!r}) is not available in this version", entity=name)
+        await self._check_forwarding(current["name"], options)
         definition = {**current, "options": options, "updated_at": time.time()}
         await self.router.everywhere("update_entity", definition, deadline=time.monotonic() + timeout, entity=name)
         self.router.remember(definition)

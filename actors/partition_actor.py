@@ -1,8 +1,9 @@
 """The partition actor: one `PartitionEngine` and its store, behind an asyncio actor.
 
 Thin by design: it forwards operations to the engine, wakes waiting receivers when messages may
-have become available, and runs housekeeping (scheduled messages, expiry) on a timer. Engine
-calls are synchronous, so operations from one caller run in the order they were sent.
+have become available, runs housekeeping (scheduled messages, expiry) on a timer, and, once an
+entity here auto-forwards, a forwarder task that sends the outbox on through a router of its own.
+Engine calls are synchronous, so operations from one caller run in the order they were sent.
 """
 from __future__ import annotations
 
@@ -12,11 +13,17 @@ from typing import Any, Callable
 
 import ray
 
+from ray_broker.client.direct import DirectLink
+from ray_broker.client.link import GatewayLink
 from ray_broker.config import NamespaceConfig
 from ray_broker.engine.partition import PartitionEngine
 from ray_broker.engine.store import Store
+from ray_broker.routing.forwarding import Forwarder
+from ray_broker.routing.health import BACKOFF
 
 HOUSEKEEPING_INTERVAL_S = 0.25
+FORWARD_IDLE_S = 1.0
+"""How often the forwarder looks at the outbox when nothing woke it."""
 STORE_TAKEOVER_WAIT_S = 30.0
 """How long a restarted partition waits for its previous process to let go of the store's lock."""
 # Engine operations a caller may invoke through `PartitionActor.run`, and whether each may make
@@ -58,6 +65,7 @@ class PartitionActor:
 
     def __init__(self, config: dict[str, Any], index: int) -> None:
         namespace = NamespaceConfig(**config)
+        self.config = namespace
         self.namespace = namespace.name
         self.index = index
         owner = f"Ray cluster {ray.get_runtime_context().gcs_address}, actor {namespace.partition_name(index)}"
@@ -68,6 +76,8 @@ class PartitionActor:
         self._waiting: dict[str, asyncio.Event] = {}
         """Receivers with a `receive_waiting` under way here, each with the event that ends it."""
         self._housekeeper: asyncio.Task[None] | None = None
+        self._forwarder: asyncio.Task[None] | None = None
+        self._forward_wake = asyncio.Event()
 
     def _event(self) -> asyncio.Event:
         if self._wake is None:
@@ -79,15 +89,38 @@ class PartitionActor:
         event = self._event()
         self._wake = asyncio.Event()
         event.set()
+        self._forward_wake.set()
 
     async def _housekeeping_loop(self) -> None:
         while True:
             await asyncio.sleep(HOUSEKEEPING_INTERVAL_S)
             try:
+                if self._forwarder is None and self.engine.forwards():
+                    self._forwarder = asyncio.get_running_loop().create_task(self._forward_loop())
                 if self.engine.housekeeping():
                     self._notify()
             except Exception:  # noqa: BLE001 - housekeeping must keep running; the next round retries
                 continue
+
+    async def _forward_loop(self) -> None:
+        """Forward the outbox whenever something may have joined it (and every `FORWARD_IDLE_S`),
+        backing off while a destination is unavailable."""
+        link = DirectLink(self.config, GatewayLink(self.config, self.index % self.config.gateways))
+        attempt = 0
+        while True:
+            self._forward_wake.clear()
+            try:
+                await link.handles.load()
+                await Forwarder(self.index, self.engine, link.router()).forward_pending()
+                attempt = 0
+            except Exception:  # noqa: BLE001 - the batch stays in the outbox; retried after a back-off
+                await asyncio.sleep(BACKOFF.delay(attempt))
+                attempt += 1
+                continue
+            try:
+                await asyncio.wait_for(self._forward_wake.wait(), FORWARD_IDLE_S)
+            except asyncio.TimeoutError:
+                pass
 
     async def run(self, operation: str, *args: Any, **kwargs: Any) -> Any:
         """Invoke an engine operation by name."""
