@@ -17,7 +17,7 @@ def gateway_actor(config: NamespaceConfig, index: int) -> Any:
     """Get gateway `index`, creating it if it does not exist."""
     return GatewayActor.options(
         name=config.gateway_name(index), namespace=RAY_NAMESPACE, lifetime="detached", get_if_exists=True,
-        max_restarts=-1, max_task_retries=0, num_cpus=0, max_concurrency=10000,
+        max_restarts=-1, max_task_retries=0, num_cpus=0, max_concurrency=10000, scheduling_strategy="SPREAD",
     ).remote(config.to_dict())
 
 

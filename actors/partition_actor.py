@@ -15,7 +15,7 @@ import ray
 
 from ray_broker.client.direct import DirectLink
 from ray_broker.client.link import GatewayLink
-from ray_broker.config import NamespaceConfig
+from ray_broker.config import NODE_DATA_DIR_ENV, NamespaceConfig
 from ray_broker.engine.partition import PartitionEngine
 from ray_broker.engine.store import Store
 from ray_broker.routing.forwarding import Forwarder
@@ -69,7 +69,8 @@ class PartitionActor:
         self.namespace = namespace.name
         self.index = index
         owner = f"Ray cluster {ray.get_runtime_context().gcs_address}, actor {namespace.partition_name(index)}"
-        store = Store(namespace.store_path(index), namespace.durability, owner=owner,
+        path = namespace.store_path(index, os.environ.get(NODE_DATA_DIR_ENV))
+        store = Store(path, namespace.durability, owner=owner,
                       takeover_wait_s=STORE_TAKEOVER_WAIT_S, partition=index)
         self.engine = PartitionEngine(index, namespace.partition_count, store)
         self._wake: asyncio.Event | None = None
@@ -206,3 +207,7 @@ class PartitionActor:
     async def pid(self) -> int:
         """The process id (for operators and failure tests)."""
         return os.getpid()
+
+    async def node(self) -> str:
+        """The id of the Ray node this partition runs on (for operators and failure tests)."""
+        return str(ray.get_runtime_context().get_node_id())

@@ -31,11 +31,9 @@ class NamespaceConfig:
     data_dir: str | None
     durability: str
     gateways: int
-    node_id: str | None
-    """The node that holds the stores (partitions are pinned there), or None for shared storage.
-
-    Stores in a local `data_dir` live on the node that starts the namespace, so each start pins
-    the partitions to that node's current id (Ray gives a node a new id when it restarts)."""
+    placement: tuple[str, ...] | None
+    """Where each partition runs: a `node_key` per partition (its stores are on that node's disk),
+    or None when partitions may run anywhere (shared storage, or none)."""
     auth_token_hash: str | None = None
     """SHA-256 of the token every client must present (`auth_token`), or None for none."""
 
@@ -47,15 +45,44 @@ class NamespaceConfig:
         """The Ray actor name of gateway `index`."""
         return f"{self.name}.gateway.{index}"
 
-    def store_path(self, index: int) -> str | None:
-        """Where partition `index` keeps its database (None for durability "memory")."""
-        return None if self.data_dir is None else os.path.join(self.data_dir, f"partition-{index:03d}.sqlite3")
+    def store_path(self, index: int, node_data_dir: str | None = None) -> str | None:
+        """Where partition `index` keeps its database (None for durability "memory"): in
+        `data_dir`, or under `node_data_dir/<name>` on a node that names its own (`NODE_DATA_DIR_ENV`)."""
+        if self.data_dir is None:
+            return None
+        directory = self.data_dir if node_data_dir is None else os.path.join(node_data_dir, self.name)
+        return os.path.join(directory, f"partition-{index:03d}.sqlite3")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
 AUTH_TOKEN_ENV = "RAY_BROKER_AUTH_TOKEN"
+STORE_LABEL = "ray-broker-store"
+"""A node label naming the disk a node keeps stores on. Partitions placed on a labelled node are
+pinned to the label, so after losing the node they come back only where that label (and so that
+disk) comes back; partitions on an unlabelled node are pinned to its node id for one start."""
+NODE_DATA_DIR_ENV = "RAY_BROKER_NODE_DATA_DIR"
+"""Set on a node (e.g. `ray start` with it in the environment): the directory under which the
+partitions placed there keep their stores, instead of the namespace's `data_dir`."""
+
+
+def node_key(node_id: str, store_label: str | None) -> str:
+    """How a namespace names a node it places partitions on: by its store label, else its id."""
+    return f"label:{store_label}" if store_label else f"node:{node_id}"
+
+
+def place_partitions(count: int, nodes: list[tuple[str, str | None]], local_node: str,
+                     stored: tuple[str, ...] | None) -> tuple[str, ...]:
+    """Each partition's node (`node_key`s): spread round robin over the alive `nodes` (`(node_id,
+    store label)`) for a new namespace; for one started before, where it was, except that a
+    partition pinned to a node id that is gone (Ray gives a restarted node a new id) goes to
+    `local_node`, the starting node, whose disk holds its store."""
+    alive = sorted({node_key(node_id, label) for node_id, label in nodes})
+    if stored is None or len(stored) != count:
+        return tuple(alive[k % len(alive)] for k in range(count))
+    return tuple(home if home.startswith("label:") or home in alive else node_key(local_node, None)
+                 for home in stored)
 
 
 def token_hash(auth_token: str | None) -> str | None:
@@ -113,8 +140,11 @@ def is_shared_filesystem(path: str) -> bool:
 
 
 def plan_config(name: str, *, sku: str, partitions: int | None, data_dir: str | None, gateways: int,
-                durability: str, node_id: str | None, auth_token_hash: str | None = None) -> NamespaceConfig:
-    """Validate `start` arguments and reconcile them with a configuration already on disk (read only)."""
+                durability: str, nodes: list[tuple[str, str | None]], local_node: str,
+                auth_token_hash: str | None = None) -> NamespaceConfig:
+    """Validate `start` arguments and reconcile them with a configuration already on disk (read
+    only); `nodes` are the cluster's alive nodes (`(node_id, store label)`), `local_node` the id of
+    the one starting the namespace."""
     check_namespace_name(name)
     tier = get_sku(sku)
     count = partition_count_for(tier, partitions)
@@ -125,7 +155,6 @@ def plan_config(name: str, *, sku: str, partitions: int | None, data_dir: str | 
     if durability == "memory":
         return NamespaceConfig(name, tier.name, count, None, durability, gateways, None, auth_token_hash)
     directory = os.path.abspath(os.path.expanduser(data_dir or default_data_dir(name)))
-    pin = None if is_shared_filesystem(directory) else node_id
     stored = load_config(directory)
     if stored is not None:
         if stored.sku != tier.name or stored.partition_count != count:
@@ -133,7 +162,9 @@ def plan_config(name: str, *, sku: str, partitions: int | None, data_dir: str | 
                 f"namespace {name!r} in {directory} was created as sku={stored.sku!r} with "
                 f"{stored.partition_count} partitions; the partition count and tier can never change "
                 f"(asked for sku={tier.name!r}, {count} partitions). Use another name or data_dir.")
-    return NamespaceConfig(name, tier.name, count, directory, durability, gateways, pin, auth_token_hash)
+    placement = None if is_shared_filesystem(directory) else place_partitions(
+        count, nodes, local_node, None if stored is None else stored.placement)
+    return NamespaceConfig(name, tier.name, count, directory, durability, gateways, placement, auth_token_hash)
 
 
 def save_config(config: NamespaceConfig) -> None:
@@ -151,4 +182,8 @@ def load_config(directory: str) -> NamespaceConfig | None:
     if not os.path.exists(path):
         return None
     with open(path, "rb") as src:
-        return NamespaceConfig(**codec.unpackb(src.read()))
+        stored = codec.unpackb(src.read())
+    stored.pop("node_id", None)  # written before partitions were placed one by one
+    placement = stored.get("placement")
+    stored["placement"] = None if placement is None else tuple(placement)
+    return NamespaceConfig(**stored)

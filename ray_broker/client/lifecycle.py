@@ -30,6 +30,7 @@ from ray.exceptions import GetTimeoutError
 
 from ..config import (
     RAY_NAMESPACE,
+    STORE_LABEL,
     NamespaceConfig,
     check_auth_token,
     check_namespace_name,
@@ -247,8 +248,9 @@ def start_flow(name: str, *, sku: str, partitions: int | None, data_dir: str | N
     if running is not None:
         check_auth_token(running, auth_token)
         return running
+    nodes = [(str(n["NodeID"]), (n.get("Labels") or {}).get(STORE_LABEL)) for n in ray.nodes() if n["Alive"]]
     config = plan_config(name, sku=sku, partitions=partitions, data_dir=data_dir, gateways=gateways,
-                         durability=durability, node_id=ray.get_runtime_context().get_node_id(),
+                         durability=durability, nodes=nodes, local_node=ray.get_runtime_context().get_node_id(),
                          auth_token_hash=required)
     yield from stores_free_flow(config)
     save_config(config)

@@ -35,7 +35,8 @@ def classify_gateway_failure(exc: BaseException) -> tuple[RetryAction, BaseExcep
 
 
 class GatewayLink:
-    """Calls one gateway of a namespace; a client sticks to it, re-creating it if it is gone."""
+    """Calls one gateway of a namespace; a client sticks to it, moving to the next one when it
+    fails (with a single gateway: waiting while it restarts, re-creating it if it is gone)."""
 
     def __init__(self, config: NamespaceConfig, index: int) -> None:
         self.config = config
@@ -90,7 +91,10 @@ class GatewayLink:
         action, error = classify_gateway_failure(exc)
         if action is RetryAction.RAISE:
             raise error from None
-        if action is RetryAction.RECREATE:
+        if self.config.gateways > 1:
+            self.index = (self.index + 1) % self.config.gateways
+            self._handle = None
+        elif action is RetryAction.RECREATE:
             self._handle = None
         delay = RETRY_BACKOFF.delay(attempt)
         if time.monotonic() + delay >= deadline:

@@ -67,6 +67,11 @@ class PartitionHealth:
         state.retry_at = now + backoff * (1.0 - self._backoff.jitter * random.random())
         return backoff
 
+    def hold(self, index: int, until: float) -> None:
+        """Skip partition `index` until `until` at least (it stayed away longer than a restart takes)."""
+        state = self._states[index]
+        state.retry_at = max(state.retry_at, until)
+
     def available(self, index: int, now: float) -> bool:
         """Whether partition `index` is healthy, or its back-off has passed."""
         return self._states[index].retry_at <= now

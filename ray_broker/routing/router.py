@@ -39,6 +39,9 @@ WATCH_TIMEOUT_S = 10.0
 """The longest one wait on a partition lasts before it is renewed."""
 UNKEYED_SETTLE_S = 10.0
 """How long an unkeyed tagged batch keeps to a partition that failed with it before moving on."""
+AWAY_HOLD_S = 30.0
+"""How long unkeyed sends and receives pass over a partition that stayed away `UNKEYED_SETTLE_S`
+(its node is likely lost, not restarting)."""
 GATHER_WINDOW_S = 0.003
 """After the first waiting receive brings messages, how long the others get to bring theirs."""
 DATA_OPERATIONS = frozenset({"send", "cancel_scheduled", "receive", "settle", "close_receiver", "receive_deferred",
@@ -233,6 +236,7 @@ class Router:
                     doubted = True
                     seqs = await self._settle_doubt(k, name, batch, producer, deadline)
                     if seqs is None:
+                        self.health.hold(k, self.clock() + AWAY_HOLD_S)
                         continue
                 self._place(result, indexes, seqs, definition, k)
                 return

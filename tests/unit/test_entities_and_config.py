@@ -169,39 +169,42 @@ def test_sku_limits_and_features() -> None:
         SKUS["basic"].require("sessions", entity="q")
 
 
+ONE_NODE: dict[str, Any] = {"nodes": [("node-1", None)], "local_node": "node-1"}
+
+
 def test_config_is_persisted_and_partition_count_is_immutable(tmp_path: Path) -> None:
     data = tmp_path / "demo"
     first = plan_config("demo", sku="premium", partitions=4, data_dir=str(data), gateways=2,
-                        durability="normal", node_id="node-1")
+                        durability="normal", **ONE_NODE)
     assert not data.exists(), "planning writes nothing"
     save_config(first)
-    assert (first.partition_count, first.data_dir, first.node_id) == (4, str(data), "node-1")
+    assert (first.partition_count, first.data_dir, first.placement) == (4, str(data), ("node:node-1",) * 4)
     assert load_config(str(data)) == first
     assert first.store_path(3) == str(data / "partition-003.sqlite3")
     again = plan_config("demo", sku="premium", partitions=4, data_dir=str(data), gateways=3,
-                        durability="fsync", node_id="node-2")
+                        durability="fsync", nodes=[("node-2", None)], local_node="node-2")
     save_config(again)
-    assert (again.gateways, again.durability, again.node_id) == (3, "fsync", "node-2")
+    assert (again.gateways, again.durability, again.placement) == (3, "fsync", ("node:node-2",) * 4)
     with pytest.raises(InvalidOperationError, match="never change"):
         plan_config("demo", sku="premium", partitions=8, data_dir=str(data), gateways=1,
-                     durability="normal", node_id=None)
+                     durability="normal", **ONE_NODE)
     with pytest.raises(InvalidOperationError):
         plan_config("demo", sku="standard", partitions=None, data_dir=str(data), gateways=1,
-                     durability="normal", node_id=None)
+                     durability="normal", **ONE_NODE)
     assert load_config(str(data)) == again
 
 
 def test_memory_namespaces_keep_no_files(tmp_path: Path) -> None:
     cfg = plan_config("mem", sku="standard", partitions=None, data_dir=str(tmp_path / "mem"), gateways=1,
-                       durability="memory", node_id="n")
-    assert (cfg.partition_count, cfg.data_dir, cfg.node_id) == (16, None, None)
+                       durability="memory", **ONE_NODE)
+    assert (cfg.partition_count, cfg.data_dir, cfg.placement) == (16, None, None)
     assert not (tmp_path / "mem").exists()
 
 
 def test_default_data_dir_follows_ray_broker_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RAY_BROKER_HOME", str(tmp_path))
     cfg = plan_config("home", sku="standard", partitions=None, data_dir=None, gateways=1,
-                       durability="normal", node_id=None)
+                       durability="normal", **ONE_NODE)
     assert cfg.data_dir == str(tmp_path / "home")
     assert cfg.partition_name(3) == "home.partition.3" and cfg.gateway_name(0) == "home.gateway.0"
 
@@ -211,7 +214,7 @@ def test_default_data_dir_follows_ray_broker_home(tmp_path: Path, monkeypatch: p
 ])
 def test_config_argument_checks(tmp_path: Path, kwargs: dict[str, Any], match: str) -> None:
     args: dict[str, Any] = {"sku": "standard", "partitions": None, "data_dir": str(tmp_path), "gateways": 1,
-                            "durability": "normal", "node_id": None, **kwargs}
+                            "durability": "normal", **ONE_NODE, **kwargs}
     with pytest.raises(InvalidArgumentError, match=match):
         plan_config("ns", **args)
 
@@ -237,8 +240,8 @@ def test_shared_filesystem_detection(tmp_path: Path, monkeypatch: pytest.MonkeyP
 def test_shared_data_dir_is_not_pinned_to_a_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(config_module, "is_shared_filesystem", lambda path: True)
     cfg = plan_config("nfs", sku="standard", partitions=None, data_dir=str(tmp_path), gateways=1,
-                       durability="normal", node_id="node-1")
-    assert cfg.node_id is None
+                       durability="normal", **ONE_NODE)
+    assert cfg.placement is None
 
 
 def test_partition_health_backs_off_and_recovers() -> None:
@@ -255,13 +258,30 @@ def test_partition_health_backs_off_and_recovers() -> None:
 
 
 def test_a_restarted_namespace_pins_partitions_to_the_current_node(tmp_path: Path) -> None:
-    """Ray gives a node a new id when it restarts: the stores' node is the one starting the namespace now."""
-    first = plan_config("pinned", sku="standard", partitions=None, data_dir=str(tmp_path), gateways=1,
-                        durability="normal", node_id="node-before-restart")
-    again = plan_config("pinned", sku="standard", partitions=None, data_dir=str(tmp_path), gateways=1,
-                        durability="normal", node_id="node-after-restart")
-    assert first.node_id == "node-before-restart"
-    assert again.node_id == "node-after-restart"
+    """Ray gives a node a new id when it restarts: a partition pinned to a node id that is gone
+    goes to the node starting the namespace now."""
+    first = plan_config("pinned", sku="premium", partitions=2, data_dir=str(tmp_path), gateways=1,
+                        durability="normal", nodes=[("node-before-restart", None)], local_node="node-before-restart")
+    save_config(first)
+    again = plan_config("pinned", sku="premium", partitions=2, data_dir=str(tmp_path), gateways=1,
+                        durability="normal", nodes=[("node-after-restart", None)], local_node="node-after-restart")
+    assert first.placement == ("node:node-before-restart",) * 2
+    assert again.placement == ("node:node-after-restart",) * 2
+
+
+def test_partitions_spread_over_nodes_and_stay_with_labelled_ones(tmp_path: Path) -> None:
+    nodes = [("id-head", None), ("id-1", "disk-a"), ("id-2", "disk-b")]
+    first = plan_config("spread", sku="premium", partitions=6, data_dir=str(tmp_path), gateways=1,
+                        durability="normal", nodes=nodes, local_node="id-head")
+    assert first.placement == ("label:disk-a", "label:disk-b", "node:id-head") * 2
+    save_config(first)
+    assert load_config(str(tmp_path)) == first
+    after_loss = plan_config("spread", sku="premium", partitions=6, data_dir=str(tmp_path), gateways=1,
+                             durability="normal", nodes=[("id-new-head", None), ("id-1", "disk-a")],
+                             local_node="id-new-head")
+    assert after_loss.placement == ("label:disk-a", "label:disk-b", "node:id-new-head") * 2, \
+        "a labelled partition waits for its label; one pinned to a lost node id moves to the starting node"
+    assert first.store_path(1, "/mnt/node-b") == "/mnt/node-b/spread/partition-001.sqlite3"
 
 
 def test_auth_tokens_are_kept_as_hashes_and_checked(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -270,7 +290,7 @@ def test_auth_tokens_are_kept_as_hashes_and_checked(monkeypatch: pytest.MonkeyPa
 
     monkeypatch.delenv(AUTH_TOKEN_ENV, raising=False)
     cfg = plan_config("tok", sku="standard", partitions=None, data_dir=str(tmp_path), gateways=1,
-                      durability="normal", node_id=None, auth_token_hash=token_hash("s3cret"))
+                      durability="normal", **ONE_NODE, auth_token_hash=token_hash("s3cret"))
     assert cfg.auth_token_hash is not None and "s3cret" not in str(cfg.to_dict())
     check_auth_token(cfg, "s3cret")
     with pytest.raises(UnauthorizedError, match="requires an auth token"):
@@ -280,7 +300,7 @@ def test_auth_tokens_are_kept_as_hashes_and_checked(monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv(AUTH_TOKEN_ENV, "s3cret")
     check_auth_token(cfg, None)
     open_cfg = plan_config("open", sku="standard", partitions=None, data_dir=str(tmp_path / "o"), gateways=1,
-                           durability="memory", node_id=None)
+                           durability="memory", **ONE_NODE)
     check_auth_token(open_cfg, None)
     with pytest.raises(InvalidArgumentError):
         token_hash("")

@@ -14,7 +14,7 @@ from ray_broker.errors import PartitionUnavailableError
 from ray_broker.protocol import MAIN, PEEK_LOCK
 from ray_broker.routing import partition_for_key, partition_of
 from ray_broker.routing.planner import spread_start
-from ray_broker.routing.router import UNKEYED_SETTLE_S, Router
+from ray_broker.routing.router import AWAY_HOLD_S, UNKEYED_SETTLE_S, Router
 from ray_broker.sku import get_sku
 
 from .conftest import queue_definition
@@ -175,3 +175,12 @@ async def test_an_unkeyed_batch_moves_on_when_its_partition_stays_away() -> None
     seqs = await setup.router.send("q", envelopes(*(Message(f"m{i}") for i in range(5))), 60.0, ("p", 0))
     assert len({partition_of(s) for s in seqs}) == 1 and partition_of(seqs[0]) != start
     assert UNKEYED_SETTLE_S <= sum(setup.slept) < UNKEYED_SETTLE_S + 2.0, "it kept to its partition for a while"
+    tried = setup.channel.calls[(start, "send")]
+    for number in range(1, 2 * PARTITIONS):
+        await setup.router.send("q", envelopes(Message("later")), 60.0, ("p", number))
+    assert setup.channel.calls[(start, "send")] == tried, "a partition that stayed away is passed over for a while"
+    setup.clock.advance(AWAY_HOLD_S)
+    setup.channel.down.discard(start)
+    for number in range(2 * PARTITIONS, 3 * PARTITIONS):
+        await setup.router.send("q", envelopes(Message("back")), 60.0, ("p", number))
+    assert setup.channel.calls[(start, "send")] > tried, "and used again once the hold is over"
