@@ -13,12 +13,13 @@ from typing import Any, Callable
 
 import ray
 
-from ray_broker.client.direct import DirectLink
-from ray_broker.client.link import GatewayLink
-from ray_broker.config import NODE_DATA_DIR_ENV, NamespaceConfig
+from ray_broker.config import NODE_DATA_DIR_ENV, RAY_NAMESPACE, NamespaceConfig
 from ray_broker.engine.partition import PartitionEngine
 from ray_broker.engine.store import Store
 from ray_broker.routing.forwarding import Forwarder
+from ray_broker.routing.ray_channel import RayChannel, TableHandles
+from ray_broker.routing.router import Router
+from ray_broker.sku import get_sku
 from ray_broker.routing.health import BACKOFF
 
 HOUSEKEEPING_INTERVAL_S = 0.25
@@ -52,6 +53,17 @@ OPERATIONS: dict[str, bool] = {
     "integrity_check": False,
     "commit_transaction": True,
 }
+
+
+class _Gateway:
+    """A gateway of the namespace as the forwarder calls it (for the routing table)."""
+
+    def __init__(self, config: NamespaceConfig, index: int) -> None:
+        self._name = config.gateway_name(index)
+
+    async def call_async(self, operation: str, *args: Any, timeout: float) -> Any:
+        gateway = ray.get_actor(self._name, namespace=RAY_NAMESPACE)
+        return await asyncio.wait_for(gateway.call.remote(operation, *args), timeout)
 
 
 @ray.remote
@@ -106,13 +118,15 @@ class PartitionActor:
     async def _forward_loop(self) -> None:
         """Forward the outbox whenever something may have joined it (and every `FORWARD_IDLE_S`),
         backing off while a destination is unavailable."""
-        link = DirectLink(self.config, GatewayLink(self.config, self.index % self.config.gateways))
+        handles = TableHandles(_Gateway(self.config, self.index % self.config.gateways))
+        router = Router(self.namespace, RayChannel(self.config.partition_count, handles), get_sku(self.config.sku))
+        forwarder = Forwarder(self.index, self.engine, router)
         attempt = 0
         while True:
             self._forward_wake.clear()
             try:
-                await link.handles.load()
-                await Forwarder(self.index, self.engine, link.router()).forward_pending()
+                await handles.load()
+                await forwarder.forward_pending()
                 attempt = 0
             except Exception:  # noqa: BLE001 - the batch stays in the outbox; retried after a back-off
                 await asyncio.sleep(BACKOFF.delay(attempt))

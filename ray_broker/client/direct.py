@@ -18,7 +18,7 @@ from typing import Any
 
 from ..config import NamespaceConfig
 from ..errors import OperationTimeoutError
-from ..routing.ray_channel import RayChannel
+from ..routing.ray_channel import RayChannel, TableHandles
 from ..routing.router import DATA_OPERATIONS, Router
 from ..sku import get_sku
 from .core import CALL_GRACE_S
@@ -55,30 +55,6 @@ class _LoopThread:
 
 
 ROUTER_LOOP = _LoopThread()
-
-
-class TableHandles:
-    """Partition handles from the gateway's routing table (a `HandleSource`)."""
-
-    def __init__(self, gateway: GatewayLink) -> None:
-        self._gateway = gateway
-        self._table: dict[str, Any] | None = None
-
-    async def load(self) -> None:
-        """Fetch the routing table unless it is here already."""
-        if self._table is None:
-            self._table = await self._gateway.call_async("routing_table", timeout=60.0)
-
-    def handle(self, index: int) -> Any:
-        """Partition `index`'s handle, as of the last table."""
-        assert self._table is not None, "the routing table is loaded before the first partition call"
-        return self._table["handles"][index]
-
-    async def replace(self, index: int) -> None:
-        """Report partition `index` dead for good; the gateway recreates it and sends the new table."""
-        assert self._table is not None
-        self._table = await self._gateway.call_async("partition_failed", index, self._table["epochs"][index],
-                                                     timeout=60.0)
 
 
 class DirectLink:

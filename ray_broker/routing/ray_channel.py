@@ -16,6 +16,39 @@ from ..errors import unwrap_remote_error
 from .channel import Call, PartitionUnavailable
 
 
+class GatewayCalls(Protocol):
+    """What a `TableHandles` needs of a gateway: its operations, awaited."""
+
+    async def call_async(self, operation: str, *args: Any, timeout: float) -> Any:
+        """Run a gateway operation."""
+        ...
+
+
+class TableHandles:
+    """Partition handles from a gateway's routing table (a `HandleSource`), for callers that do
+    not create partitions: clients, and partitions forwarding to others."""
+
+    def __init__(self, gateway: GatewayCalls) -> None:
+        self._gateway = gateway
+        self._table: dict[str, Any] | None = None
+
+    async def load(self) -> None:
+        """Fetch the routing table unless it is here already."""
+        if self._table is None:
+            self._table = await self._gateway.call_async("routing_table", timeout=60.0)
+
+    def handle(self, index: int) -> Any:
+        """Partition `index`'s handle, as of the last table."""
+        assert self._table is not None, "the routing table is loaded before the first partition call"
+        return self._table["handles"][index]
+
+    async def replace(self, index: int) -> None:
+        """Report partition `index` dead for good; the gateway recreates it and sends the new table."""
+        assert self._table is not None
+        self._table = await self._gateway.call_async("partition_failed", index, self._table["epochs"][index],
+                                                     timeout=60.0)
+
+
 class HandleSource(Protocol):
     """Where a channel gets partition actor handles."""
 
