@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 import ray
 
+from actors.metrics import PartitionMetrics
 from ray_broker.config import NODE_DATA_DIR_ENV, RAY_NAMESPACE, NamespaceConfig
 from ray_broker.engine.partition import PartitionEngine
 from ray_broker.engine.store import Store
@@ -85,6 +86,7 @@ class PartitionActor:
         store = Store(path, namespace.durability, owner=owner,
                       takeover_wait_s=STORE_TAKEOVER_WAIT_S, partition=index)
         self.engine = PartitionEngine(index, namespace.partition_count, store)
+        self.metrics = PartitionMetrics(namespace.name, index, namespace.partition_count, self.engine)
         self._wake: asyncio.Event | None = None
         self._waiting: dict[str, asyncio.Event] = {}
         """Receivers with a `receive_waiting` under way here, each with the event that ends it."""
@@ -110,7 +112,9 @@ class PartitionActor:
             try:
                 if self._forwarder is None and self.engine.forwards():
                     self._forwarder = asyncio.get_running_loop().create_task(self._forward_loop())
-                if self.engine.housekeeping():
+                if self.metrics.run("housekeeping", self.engine.housekeeping):
+                    self._notify()
+                if self.metrics.tick():
                     self._notify()
             except Exception:  # noqa: BLE001 - housekeeping must keep running; the next round retries
                 continue
@@ -143,7 +147,7 @@ class PartitionActor:
         if wakes is None:
             raise AttributeError(f"partition has no operation {operation!r}")
         self._event()
-        result = getattr(self.engine, operation)(*args, **kwargs)
+        result = self.metrics.run(operation, getattr(self.engine, operation), *args, **kwargs)
         if wakes:
             self._notify()
         return result
@@ -183,7 +187,8 @@ class PartitionActor:
                 return {"messages": [], "more": False}
             if not self.engine.has_available(entity, subq, session_id):
                 return None
-            reply: dict[str, Any] = self.engine.receive(entity, subq, max_count, mode, session, seen)
+            reply: dict[str, Any] = self.metrics.run("receive", self.engine.receive, entity, subq, max_count, mode,
+                                                     session, seen)
             return reply if reply["messages"] else None
 
         try:

@@ -95,19 +95,19 @@ def _within_hop_limit(state: PartitionState, frag: Fragment, rows: list[MessageR
         if not any(over):
             keep.append(row)
         elif all(over):
-            _dead_letter_hop_limit(state, row)
+            _dead_letter_hop_limit(state, frag, row)
         else:
             for piece, exceeded in zip(messages.cut(state.queries, row, range(1, row.span)), over):
                 if exceeded:
-                    _dead_letter_hop_limit(state, piece)
+                    _dead_letter_hop_limit(state, frag, piece)
                 else:
                     keep.append(piece)
     return keep
 
 
-def _dead_letter_hop_limit(state: PartitionState, row: MessageRow) -> None:
-    state.queries.dead_letter(row.id, HOP_LIMIT_REASON,
-                              f"The message was forwarded {MAX_TRANSFER_HOPS} times, the most allowed.")
+def _dead_letter_hop_limit(state: PartitionState, frag: Fragment, row: MessageRow) -> None:
+    state.dead_letter(frag.key, row.id, row.span, HOP_LIMIT_REASON,
+                      f"The message was forwarded {MAX_TRANSFER_HOPS} times, the most allowed.")
 
 
 def _hops(payload: bytes) -> int:

@@ -128,8 +128,8 @@ def _apply(state: PartitionState, frag: Fragment, op: Sequence[Any], lock: LockS
         q.unlock(lock.id, count)
         if (action == "abandon" and lock.subq == MAIN and lock.state == ACTIVE
                 and count >= frag.options["max_delivery_count"]):
-            q.dead_letter(lock.id, "MaxDeliveryCountExceeded",
-                          f"Message could not be consumed after {count} delivery attempts.")
+            state.dead_letter(frag.key, lock.id, 1, "MaxDeliveryCountExceeded",
+                              f"Message could not be consumed after {count} delivery attempts.")
     elif action == "defer":
         q.defer(lock.id)
     elif action == "dead_letter":
@@ -137,7 +137,7 @@ def _apply(state: PartitionState, frag: Fragment, op: Sequence[Any], lock: LockS
             locks[lock.seq] = lock
             raise state.error(InvalidOperationError, f"message {lock.seq} is already in a dead-letter queue of "
                               f"{frag.name!r}; complete it instead", frag.name)
-        q.dead_letter(lock.id, op[3] if len(op) > 3 else None, op[4] if len(op) > 4 else None)
+        state.dead_letter(frag.key, lock.id, 1, op[3] if len(op) > 3 else None, op[4] if len(op) > 4 else None)
     else:
         if session is not None:
             locks[lock.seq] = lock

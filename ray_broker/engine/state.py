@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, Generic, Iterable, Iterator, Mapping, TypeVar
+from typing import Any, Callable, Generic, Iterable, Iterator, Mapping, TypeVar
 
 from .. import codec
 from ..clock import Clock
@@ -155,6 +155,14 @@ class SettledTokens:
             self._committed.popitem(last=False)
 
 
+EXPIRED, DEAD_LETTERED = "expired", "dead_lettered"
+"""The events `PartitionState.on_event` is told of."""
+
+
+def _ignore_event(kind: str, key: str, count: int) -> None:
+    """The event listener of a partition nobody listens to."""
+
+
 @dataclass(frozen=True)
 class Fragment:
     """What a partition knows of one entity it hosts."""
@@ -210,6 +218,9 @@ class PartitionState:
         self.settled = SettledTokens(store)
         self._subscribers: dict[str, list[fanout.Subscriber]] = {}
         self._forwarding: list[tuple[Fragment, int, str]] | None = None
+        self.on_event: Callable[[str, str, int], None] = _ignore_event
+        """Told `(EXPIRED or DEAD_LETTERED, entity key, message count)` as messages expire or are
+        dead-lettered here (metrics listen); the store transaction may still roll back."""
         self.last_housekeeping = clock.now()
         """When the previous housekeeping round ran (or the partition opened)."""
 
@@ -330,8 +341,9 @@ class PartitionState:
         plan = fanout.fan_out(topic.entity_id, topic.seq_base, topic.options["default_message_time_to_live"],
                               self.subscribers(topic), incoming, now, lambda: self.take_counters(topic, 1))
         self.queries.insert_messages(plan.rows, plan.bodies)
+        keys = {sub.entity_id: sub.key for sub in self.subscribers(topic)}
         for row_id, reason, description in plan.dead_letters:
-            self.queries.dead_letter(row_id, reason, description)
+            self.dead_letter(keys[row_id >> COUNTER_BITS], row_id, 1, reason, description)
         for key, size in plan.sizes.items():
             self.sizes.add(key, size)
         self.sizes.add(topic.key, plan.body_bytes)
@@ -436,8 +448,8 @@ class PartitionState:
             if row.subq == MAIN and row.expires_at is not None and row.expires_at <= now:
                 self.expire(frag, row)
             elif row.subq == MAIN and row.delivery_count >= max_delivery_count:
-                self.queries.dead_letter(row.id, "MaxDeliveryCountExceeded",
-                                         f"Message could not be consumed after {row.delivery_count} delivery attempts.")
+                self.dead_letter(frag.key, row.id, row.span, "MaxDeliveryCountExceeded",
+                                 f"Message could not be consumed after {row.delivery_count} delivery attempts.")
             else:
                 usable.append(row)
         return usable
@@ -445,8 +457,15 @@ class PartitionState:
     def expire(self, frag: Fragment, row: MessageRow) -> None:
         """The time to live of a row's messages ran out: dead-letter them or delete them, as the
         entity says."""
+        self.on_event(EXPIRED, frag.key, row.span)
         if frag.options["dead_lettering_on_message_expiration"]:
-            self.queries.dead_letter(row.id, "TTLExpiredException", "The message expired and was dead lettered.")
+            self.dead_letter(frag.key, row.id, row.span, "TTLExpiredException",
+                             "The message expired and was dead lettered.")
         else:
             self.remove(frag, [row.id], [row.body], row.size)
+
+    def dead_letter(self, key: str, row_id: int, span: int, reason: str | None, description: str | None) -> None:
+        """Move a row of `span` messages of entity `key` to its dead-letter sub-queue."""
+        self.queries.dead_letter(row_id, reason, description)
+        self.on_event(DEAD_LETTERED, key, span)
 

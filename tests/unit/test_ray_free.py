@@ -7,7 +7,8 @@ import sys
 
 RAY_FREE_MODULES = ("ray_broker", "ray_broker.engine.partition", "ray_broker.engine.store_lock", "ray_broker.routing",
                     "ray_broker.message", "ray_broker.protocol", "ray_broker.client.core", "ray_broker.client.renewal",
-                    "ray_broker.entities")
+                    "ray_broker.entities", "ray_broker.observability", "ray_broker.routing.forwarding",
+                    "ray_broker.client.transacting")
 
 PROBE = """
 import sys
