@@ -8,27 +8,24 @@ every message came back, keyed messages in order from their own partition and se
 """
 from __future__ import annotations
 
-import contextlib
-import io
-import logging
 import os
 import shutil
 import signal
-import sys
 import tempfile
 import threading
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import Iterator, TextIO
 
 from tqdm import tqdm
 
 import ray_broker as rb
 
-from .tables import format_table
+from .cli.quiet import quiet_ray
 from .config import RAY_NAMESPACE
+from .errors import InvalidArgumentError
 from .routing import partition_for_key
+from .tables import format_table
 
 ORDERS = "orders"
 CHATS = "chats"
@@ -38,6 +35,8 @@ SEND_BATCH = 200
 RESTART_BATCH = 50
 RECEIVE_BATCH = 100
 VICTIM_CUSTOMER = "customer-7"
+MIN_MESSAGES = 1000
+"""Fewer messages leave too few on the killed partition for the demo's checks to mean anything."""
 
 
 @dataclass
@@ -289,47 +288,6 @@ def _print_runtime(ns: rb.Namespace, report: DemoReport) -> None:
 # ---------------------------------------------------------------------------------------------- the demo
 
 
-class _DropRayNotices(io.TextIOBase):
-    """A text stream that passes lines on to `target`, except the notices Ray's driver prints about
-    its own processes (lines tagged "(raylet)": worker start-up warnings, the killed worker)."""
-
-    def __init__(self, target: TextIO) -> None:
-        self._target = target
-        self._pending = ""
-
-    def write(self, text: str) -> int:
-        self._pending += text
-        *lines, self._pending = self._pending.split("\n")
-        for line in lines:
-            if "(raylet)" not in line:
-                self._target.write(line + "\n")
-        return len(text)
-
-    def flush(self) -> None:
-        if self._pending and "(raylet)" not in self._pending:
-            self._target.write(self._pending)
-        self._pending = ""
-        self._target.flush()
-
-    def isatty(self) -> bool:
-        return self._target.isatty()
-
-
-@contextlib.contextmanager
-def quiet_ray() -> Iterator[None]:
-    """Keep Ray's own notices out of the demo's output (its warnings logged and its raylet lines)."""
-    ray_logger = logging.getLogger("ray")
-    level, stdout = ray_logger.level, sys.stdout
-    ray_logger.setLevel(logging.ERROR)
-    sys.stdout = _DropRayNotices(stdout)
-    try:
-        yield
-    finally:
-        sys.stdout.flush()
-        sys.stdout = stdout
-        ray_logger.setLevel(level)
-
-
 def run_demo(messages: int = 20_000, *, name: str = "demo") -> DemoReport:
     """Run the demo with `messages` messages in namespace `name`; returns what it checked.
 
@@ -339,8 +297,8 @@ def run_demo(messages: int = 20_000, *, name: str = "demo") -> DemoReport:
     """
     import ray
 
-    if messages < 1000:
-        raise ValueError(f"the demo needs at least 1000 messages, got {messages}")
+    if messages < MIN_MESSAGES:
+        raise InvalidArgumentError(f"the demo needs at least {MIN_MESSAGES} messages, got {messages}")
     started = time.monotonic()
     owns_ray = not ray.is_initialized()
     data_dir = tempfile.mkdtemp(prefix="ray-broker-demo-")

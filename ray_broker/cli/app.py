@@ -1,0 +1,96 @@
+"""The `ray-broker` application: its commands, global options, and how a run ends.
+
+Every failure ends the run with one line on standard error, `error: <ErrorType>: <what went wrong
+and what to do>`, and a non-zero status: 1 when the broker or the cluster refused or failed, 2
+when the command line does not parse, 130 when interrupted. `--debug` adds the traceback.
+"""
+from __future__ import annotations
+
+import sys
+import traceback
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
+from typing import Annotated, Sequence
+
+import typer
+
+from . import entities, messages, namespaces, tools
+from .failures import error_line, exit_code, is_help_shown
+from .quiet import quiet_ray
+
+PROG = "ray-broker"
+
+
+@dataclass
+class RunSettings:
+    """Settings of the current run that outlive its click context (read when it fails)."""
+
+    debug: bool = False
+
+
+settings = RunSettings()
+
+app = typer.Typer(name=PROG, help="Service Bus partitioned queues and topics on Ray actors.",
+                  no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+                  context_settings={"help_option_names": ["-h", "--help"]})
+
+
+def package_version() -> str:
+    """The installed version of ray-broker."""
+    try:
+        return version("ray-broker")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        print(f"{PROG} {package_version()}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    debug: Annotated[bool, typer.Option("--debug", envvar="RAY_BROKER_DEBUG", show_envvar=True,
+                                        help="Print the traceback of a failure.")] = False,
+    show_version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True,
+                                               help="Print the version and exit.")] = False,
+) -> None:
+    """Service Bus partitioned queues and topics on Ray actors."""
+    settings.debug = debug
+
+
+app.command()(namespaces.start)
+app.command()(namespaces.stop)
+app.command()(namespaces.status)
+app.add_typer(entities.queue_app, name="queue")
+app.add_typer(entities.topic_app, name="topic")
+app.add_typer(entities.subscription_app, name="subscription")
+app.command()(messages.send)
+app.command()(messages.receive)
+app.command()(messages.peek)
+app.command()(tools.demo)
+app.command(add_help_option=False, context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(
+    tools.bench)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run `ray-broker` with `argv` (default: the process's arguments); returns the exit status."""
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    settings.debug = False
+    command = typer.main.get_command(app)
+    try:
+        with quiet_ray():
+            status = command.main(args=arguments, prog_name=PROG, standalone_mode=False)
+        return int(status or 0)
+    except typer.Exit as exc:
+        return int(exc.exit_code)
+    except (KeyboardInterrupt, typer.Abort):
+        print("error: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 - every failure ends as one line and an exit status
+        if settings.debug:
+            traceback.print_exc()
+        if not is_help_shown(exc):
+            print(error_line(exc), file=sys.stderr)
+        return exit_code(exc)

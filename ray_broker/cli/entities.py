@@ -1,0 +1,254 @@
+"""`ray-broker queue|topic|subscription create|delete|list|show`: managing a namespace's entities.
+
+Durations are given in seconds and checked against the broker's limits before anything is sent.
+"""
+from __future__ import annotations
+
+from dataclasses import fields
+from datetime import timedelta
+from typing import Annotated, Any, Callable, Optional
+
+import typer
+
+from ..clock import MAX_DURATION_SECONDS
+from ..entities import MAX_DUP_WINDOW_SECONDS, MAX_LOCK_SECONDS, MIN_DUP_WINDOW_SECONDS
+from . import output
+from .namespaces import flags
+from .options import (
+    DEFAULT_NAMESPACE,
+    AddressOption,
+    Entity,
+    NamespaceOption,
+    QueueName,
+    SubscriptionName,
+    TopicName,
+    attach,
+    not_found,
+)
+
+queue_app = typer.Typer(help="Create, delete, list and show queues.", no_args_is_help=True)
+topic_app = typer.Typer(help="Create, delete, list and show topics.", no_args_is_help=True)
+subscription_app = typer.Typer(help="Create, delete, list and show a topic's subscriptions.", no_args_is_help=True)
+
+Partitioned = Annotated[bool, typer.Option("--partitioned", help="Spread it over every partition.")]
+DuplicateDetection = Annotated[bool, typer.Option("--duplicate-detection", help="Drop repeated message ids.")]
+DuplicateWindow = Annotated[float, typer.Option(
+    "--duplicate-window", min=MIN_DUP_WINDOW_SECONDS, max=MAX_DUP_WINDOW_SECONDS,
+    help="Seconds a message id is remembered for duplicate detection.")]
+Sessions = Annotated[bool, typer.Option("--sessions", help="Require sessions.")]
+LockDuration = Annotated[float, typer.Option(
+    "--lock-duration", min=1, max=MAX_LOCK_SECONDS, help="Seconds a received message stays locked.")]
+MaxDeliveries = Annotated[int, typer.Option(
+    "--max-delivery-count", min=1, help="Deliveries before a message is dead-lettered.")]
+Ttl = Annotated[Optional[float], typer.Option(
+    "--ttl", min=1, max=MAX_DURATION_SECONDS, help="Default message time to live, seconds.  [default: none]")]
+DeadLetterOnExpiry = Annotated[bool, typer.Option(
+    "--dead-letter-expired", help="Dead-letter expired messages instead of dropping them.")]
+ForwardTo = Annotated[Optional[str], typer.Option("--forward-to", help="Forward every message to this entity.")]
+
+
+def _seconds(value: float | None) -> timedelta | None:
+    return None if value is None else timedelta(seconds=value)
+
+
+def _shown(value: Any) -> Any:
+    """A property value as `show` and `list` print it."""
+    if isinstance(value, timedelta):
+        return "never" if value == timedelta.max else f"{value.total_seconds():g} s"
+    return value
+
+
+def _show(properties: Any, runtime: Any) -> None:
+    """Print an entity's settings, its counts and, when it spans several partitions, theirs."""
+    output.table(["setting", "value"], [[f.name, _shown(getattr(properties, f.name))] for f in fields(properties)])
+    output.out()
+    output.table(["availability", "active", "dead-letter", "scheduled", "total", "bytes"],
+                 [[runtime.availability, runtime.active_message_count, runtime.dead_letter_message_count,
+                   runtime.scheduled_message_count, runtime.total_message_count, runtime.size_in_bytes]])
+    if len(runtime.partitions) > 1:
+        output.out()
+        output.table(["partition", "available", "active", "dead-letter", "scheduled"],
+                     [[p.index, "yes" if p.available else "NO", p.active_message_count, p.dead_letter_message_count,
+                       p.scheduled_message_count] for p in runtime.partitions])
+
+
+def _found(entity: Entity, namespace: str, get: Callable[[], Any]) -> Any:
+    """`get()`, with an entity that does not exist reported as the command line words it."""
+    from ..errors import MessagingEntityNotFoundError
+
+    try:
+        return get()
+    except MessagingEntityNotFoundError:
+        raise not_found(entity, namespace) from None
+
+
+# ---------------------------------------------------------------------------------------------- queues
+
+
+@queue_app.command("create")
+def queue_create(name: QueueName, namespace: NamespaceOption = DEFAULT_NAMESPACE, address: AddressOption = None,
+                 partitioned: Partitioned = False, sessions: Sessions = False,
+                 duplicate_detection: DuplicateDetection = False, duplicate_window: DuplicateWindow = 600.0,
+                 lock_duration: LockDuration = 60.0, max_delivery_count: MaxDeliveries = 10, ttl: Ttl = None,
+                 dead_letter_expired: DeadLetterOnExpiry = False, forward_to: ForwardTo = None) -> None:
+    """Create a queue."""
+    ns = attach(namespace, address)
+    queue = ns.create_queue(name, enable_partitioning=partitioned, requires_session=sessions,
+                            requires_duplicate_detection=duplicate_detection,
+                            duplicate_detection_history_time_window=timedelta(seconds=duplicate_window),
+                            lock_duration=timedelta(seconds=lock_duration), max_delivery_count=max_delivery_count,
+                            default_message_time_to_live=_seconds(ttl),
+                            dead_lettering_on_message_expiration=dead_letter_expired, forward_to=forward_to)
+    output.out(f"queue {queue.name!r} created ({flags(queue)})")
+
+
+@queue_app.command("delete")
+def queue_delete(name: QueueName, namespace: NamespaceOption = DEFAULT_NAMESPACE, address: AddressOption = None) -> None:
+    """Delete a queue and every message in it."""
+    ns = attach(namespace, address)
+    _found(Entity("queue", name), ns.name, lambda: ns.get_queue(name))
+    ns.delete_queue(name)
+    output.out(f"queue {name!r} deleted")
+
+
+@queue_app.command("list")
+def queue_list(namespace: NamespaceOption = DEFAULT_NAMESPACE, address: AddressOption = None) -> None:
+    """List the queues with their settings and message counts."""
+    ns = attach(namespace, address)
+    queues = ns.list_queues()
+    if not queues:
+        output.out(f"no queues in namespace {ns.name!r}")
+        return
+    rows = []
+    for q in queues:
+        rt = ns.get_queue_runtime_properties(q.name)
+        rows.append([q.name, flags(q), q.status, _shown(q.lock_duration), q.max_delivery_count,
+                     rt.active_message_count, rt.dead_letter_message_count, rt.scheduled_message_count])
+    output.table(["queue", "flags", "status", "lock", "max deliveries", "active", "dead-letter", "scheduled"], rows)
+
+
+@queue_app.command("show")
+def queue_show(name: QueueName, namespace: NamespaceOption = DEFAULT_NAMESPACE, address: AddressOption = None) -> None:
+    """Show a queue's settings and counts (per partition when partitioned)."""
+    ns = attach(namespace, address)
+    entity = Entity("queue", name)
+    _show(_found(entity, ns.name, lambda: ns.get_queue(name)),
+          _found(entity, ns.name, lambda: ns.get_queue_runtime_properties(name)))
+
+
+# ---------------------------------------------------------------------------------------------- topics
+
+
+@topic_app.command("create")
+def topic_create(name: TopicName, namespace: NamespaceOption = DEFAULT_NAMESPACE, address: AddressOption = None,
+                 partitioned: Partitioned = False, duplicate_detection: DuplicateDetection = False,
+                 duplicate_window: DuplicateWindow = 600.0, ttl: Ttl = None) -> None:
+    """Create a topic (standard and premium tiers)."""
+    ns = attach(namespace, address)
+    topic = ns.create_topic(name, enable_partitioning=partitioned, requires_duplicate_detection=duplicate_detection,
+                            duplicate_detection_history_time_window=timedelta(seconds=duplicate_window),
+                            default_message_time_to_live=_seconds(ttl))
+    output.out(f"topic {topic.name!r} created ({flags(topic)})")
+
+
+@topic_app.command("delete")
+def topic_delete(name: TopicName, namespace: NamespaceOption = DEFAULT_NAMESPACE, address: AddressOption = None) -> None:
+    """Delete a topic, its subscriptions and their messages."""
+    ns = attach(namespace, address)
+    _found(Entity("topic", name), ns.name, lambda: ns.get_topic(name))
+    ns.delete_topic(name)
+    output.out(f"topic {name!r} deleted")
+
+
+@topic_app.command("list")
+def topic_list(namespace: NamespaceOption = DEFAULT_NAMESPACE, address: AddressOption = None) -> None:
+    """List the topics with their subscription counts."""
+    ns = attach(namespace, address)
+    topics = ns.list_topics()
+    if not topics:
+        output.out(f"no topics in namespace {ns.name!r}")
+        return
+    rows = []
+    for t in topics:
+        rt = ns.get_topic_runtime_properties(t.name)
+        rows.append([t.name, flags(t), t.status, rt.subscription_count, rt.scheduled_message_count])
+    output.table(["topic", "flags", "status", "subscriptions", "scheduled"], rows)
+
+
+@topic_app.command("show")
+def topic_show(name: TopicName, namespace: NamespaceOption = DEFAULT_NAMESPACE, address: AddressOption = None) -> None:
+    """Show a topic's settings and counts."""
+    ns = attach(namespace, address)
+    entity = Entity("topic", name)
+    _show(_found(entity, ns.name, lambda: ns.get_topic(name)),
+          _found(entity, ns.name, lambda: ns.get_topic_runtime_properties(name)))
+
+
+# ---------------------------------------------------------------------------------------------- subscriptions
+
+
+@subscription_app.command("create")
+def subscription_create(topic: TopicName, name: SubscriptionName, namespace: NamespaceOption = DEFAULT_NAMESPACE,
+                        address: AddressOption = None, sessions: Sessions = False,
+                        lock_duration: LockDuration = 60.0, max_delivery_count: MaxDeliveries = 10, ttl: Ttl = None,
+                        dead_letter_expired: DeadLetterOnExpiry = False, forward_to: ForwardTo = None,
+                        sql_filter: Annotated[Optional[str], typer.Option(
+                            "--sql-filter", help="The $Default rule's SQL filter, e.g. \"sys.label = 'x'\". "
+                                                 "[default: every message]")] = None) -> None:
+    """Create a subscription of a topic."""
+    import ray_broker as rb
+
+    ns = attach(namespace, address)
+    _found(Entity("topic", topic), ns.name, lambda: ns.get_topic(topic))
+    sub = ns.create_subscription(topic, name, requires_session=sessions, lock_duration=timedelta(seconds=lock_duration),
+                                 max_delivery_count=max_delivery_count, default_message_time_to_live=_seconds(ttl),
+                                 dead_lettering_on_message_expiration=dead_letter_expired, forward_to=forward_to,
+                                 rule=None if sql_filter is None else rb.SqlFilter(sql_filter))
+    output.out(f"subscription {sub.name!r} of topic {topic!r} created ({flags(sub)})")
+
+
+@subscription_app.command("delete")
+def subscription_delete(topic: TopicName, name: SubscriptionName, namespace: NamespaceOption = DEFAULT_NAMESPACE,
+                        address: AddressOption = None) -> None:
+    """Delete a subscription and its messages."""
+    ns = attach(namespace, address)
+    _found(Entity("subscription", topic, name), ns.name, lambda: ns.get_subscription(topic, name))
+    ns.delete_subscription(topic, name)
+    output.out(f"subscription {name!r} of topic {topic!r} deleted")
+
+
+@subscription_app.command("list")
+def subscription_list(topic: TopicName, namespace: NamespaceOption = DEFAULT_NAMESPACE,
+                      address: AddressOption = None) -> None:
+    """List a topic's subscriptions with their message counts."""
+    ns = attach(namespace, address)
+    subs = _found(Entity("topic", topic), ns.name, lambda: ns.list_subscriptions(topic))
+    if not subs:
+        output.out(f"topic {topic!r} has no subscriptions")
+        return
+    rows = []
+    for s in subs:
+        rt = ns.get_subscription_runtime_properties(topic, s.name)
+        rows.append([s.name, flags(s), s.status, _shown(s.lock_duration), s.max_delivery_count,
+                     rt.active_message_count, rt.dead_letter_message_count])
+    output.table(["subscription", "flags", "status", "lock", "max deliveries", "active", "dead-letter"], rows)
+
+
+@subscription_app.command("show")
+def subscription_show(topic: TopicName, name: SubscriptionName, namespace: NamespaceOption = DEFAULT_NAMESPACE,
+                      address: AddressOption = None) -> None:
+    """Show a subscription's settings, rules and counts."""
+    ns = attach(namespace, address)
+    entity = Entity("subscription", topic, name)
+    properties = _found(entity, ns.name, lambda: ns.get_subscription(topic, name))
+    _show(properties, ns.get_subscription_runtime_properties(topic, name))
+    output.out()
+    output.table(["rule", "filter", "action"],
+                 [[r.name, _rule_text(r.filter), _rule_text(r.action)] for r in ns.list_rules(topic, name)])
+
+
+def _rule_text(part: Any) -> str | None:
+    """A rule's filter or action as text: its SQL, or its class name."""
+    if part is None:
+        return None
+    return getattr(part, "sql_expression", None) or type(part).__name__

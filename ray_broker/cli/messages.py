@@ -1,0 +1,180 @@
+"""`ray-broker send`, `receive` and `peek`: messages to and from queues, topics and subscriptions."""
+from __future__ import annotations
+
+import sys
+import uuid
+from pathlib import Path
+from typing import Annotated, Any, Iterator, Optional
+
+import typer
+
+from ..errors import InvalidArgumentError, MessageSizeExceededError
+from . import output
+from .options import DEFAULT_NAMESPACE, SUBSCRIPTIONS, AddressOption, NamespaceOption, attach, receivable, sendable
+
+RECEIVE_BATCH = 100
+
+ReceivablePath = Annotated[str, typer.Argument(
+    metavar="ENTITY", help=f"A queue, or a topic's subscription as TOPIC{SUBSCRIPTIONS}SUBSCRIPTION.")]
+Count = Annotated[int, typer.Option("--count", min=1, help="At most this many messages.")]
+AsJson = Annotated[bool, typer.Option("--json", help="One JSON object per message (JSON lines) instead of a table.")]
+DeadLetter = Annotated[bool, typer.Option("--dead-letter", help="Read the entity's dead-letter sub-queue.")]
+SessionId = Annotated[Optional[str], typer.Option(
+    "--session-id", help="Session to read (session entities; default for receive: the next available one).")]
+
+
+def send(
+    entity: Annotated[str, typer.Argument(metavar="ENTITY", help="A queue or a topic.")],
+    namespace: NamespaceOption = DEFAULT_NAMESPACE,
+    address: AddressOption = None,
+    body: Annotated[Optional[str], typer.Option("--body", help="The body, as text.  [default: numbered bodies]")] = None,
+    body_file: Annotated[Optional[str], typer.Option(
+        "--body-file", metavar="PATH", help="Read the body from this file ('-': standard input), as bytes.")] = None,
+    count: Annotated[int, typer.Option("--count", min=1, help="Messages to send.")] = 1,
+    partition_key: Annotated[Optional[str], typer.Option(help="Partition key (at most 128 characters).")] = None,
+    session_id: Annotated[Optional[str], typer.Option(help="Session id (at most 128 characters).")] = None,
+    content_type: Annotated[Optional[str], typer.Option(help="Content type, e.g. application/json.")] = None,
+    subject: Annotated[Optional[str], typer.Option(help="Subject (label).")] = None,
+    properties: Annotated[Optional[list[str]], typer.Option(
+        "--property", metavar="KEY=VALUE", help="An application property (repeatable; the value is text).")] = None,
+    batch: Annotated[int, typer.Option(min=1, help="At most this many messages per send call.")] = 100,
+    timeout: Annotated[float, typer.Option(min=0.1, help="Seconds each send call may take.")] = 60.0,
+) -> None:
+    """Send messages to a queue or a topic, in batches that fit the tier's size limit."""
+    import ray_broker as rb
+
+    if body is not None and body_file is not None:
+        raise typer.BadParameter("give --body or --body-file, not both", param_hint="'--body-file'")
+    content = _read_body(body_file) if body_file is not None else body
+    fields = dict(partition_key=partition_key, session_id=session_id, content_type=content_type, subject=subject,
+                  application_properties=_properties(properties or []))
+    try:
+        messages = [rb.Message(content if content is not None else f"message {i}", message_id=uuid.uuid4().hex,
+                               **fields) for i in range(count)]
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgumentError(str(exc)) from None
+    ns = attach(namespace, address)
+    target = sendable(ns, entity)
+    sender = ns.get_queue_sender(entity) if target.kind == "queue" else ns.get_topic_sender(entity)
+    with sender, output.progress(count, f"sending to {target}") as bar:
+        task = bar.add_task("send", total=count)
+        for chunk in _batches(sender, messages, batch):
+            sender.send_messages(chunk, timeout=timeout)
+            bar.advance(task, len(chunk))
+    output.out(f"sent {count} message(s) to {target}")
+
+
+def _read_body(path: str) -> bytes:
+    if path == "-":
+        return sys.stdin.buffer.read()
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise typer.BadParameter(f"cannot read {path!r}: {exc.strerror or exc}", param_hint="'--body-file'") from None
+
+
+def _properties(pairs: list[str]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for pair in pairs:
+        key, found, value = pair.partition("=")
+        if not found or not key:
+            raise typer.BadParameter(f"{pair!r} is not KEY=VALUE", param_hint="'--property'")
+        result[key] = value
+    return result
+
+
+def _batches(sender: Any, messages: list[Any], most: int) -> Iterator[Any]:
+    """`messages` packed into batches of at most `most` that fit the tier's batch size; a message
+    too large on its own goes alone, so that sending it reports its size."""
+    current = sender.create_message_batch()
+    for message in messages:
+        if len(current) >= most:
+            yield current
+            current = sender.create_message_batch()
+        try:
+            current.add_message(message)
+        except MessageSizeExceededError:
+            if len(current) == 0:
+                yield [message]
+                continue
+            yield current
+            current = sender.create_message_batch()
+            try:
+                current.add_message(message)
+            except MessageSizeExceededError:
+                yield [message]
+    if len(current):
+        yield current
+
+
+def receive(
+    entity: ReceivablePath,
+    namespace: NamespaceOption = DEFAULT_NAMESPACE,
+    address: AddressOption = None,
+    count: Count = 10,
+    wait: Annotated[float, typer.Option(min=0, help="Seconds to wait for messages before giving up.")] = 5.0,
+    complete: Annotated[bool, typer.Option(
+        "--complete/--no-complete", help="Complete each message, or abandon it (back to the entity, one more "
+                                         "delivery counted).")] = True,
+    dead_letter: DeadLetter = False,
+    session_id: SessionId = None,
+    as_json: AsJson = False,
+) -> None:
+    """Receive up to --count messages (peek-lock), print them, and complete them (or abandon them)."""
+    import ray_broker as rb
+
+    ns = attach(namespace, address)
+    target, properties = receivable(ns, entity)
+    session = None
+    if not dead_letter and properties.requires_session:
+        session = session_id or rb.NEXT_AVAILABLE_SESSION
+    options = dict(sub_queue=rb.SubQueue.DEAD_LETTER if dead_letter else None, session_id=session, max_wait_time=wait)
+    receiver = (ns.get_queue_receiver(target.name, **options) if target.subscription is None
+                else ns.get_subscription_receiver(target.name, target.subscription, **options))
+    received: list[Any] = []
+    with receiver:
+        while len(received) < count:
+            batch = receiver.receive_messages(min(RECEIVE_BATCH, count - len(received)), max_wait_time=wait)
+            if not batch:
+                break
+            for message in batch:
+                if complete:
+                    receiver.complete_message(message)
+                else:
+                    receiver.abandon_message(message)
+                if as_json:
+                    print(output.message_json(message), flush=True)
+            received.extend(batch)
+    if not as_json and received:
+        output.table(output.MESSAGE_HEADERS, [output.message_row(m) for m in received])
+    where = f"{target}" + (" (dead-letter)" if dead_letter else "")
+    output.note(f"received and {'completed' if complete else 'abandoned'} {len(received)} message(s) from {where}")
+
+
+def peek(
+    entity: ReceivablePath,
+    namespace: NamespaceOption = DEFAULT_NAMESPACE,
+    address: AddressOption = None,
+    count: Count = 10,
+    from_sequence: Annotated[int, typer.Option(min=0, help="Start at this sequence number.")] = 0,
+    dead_letter: DeadLetter = False,
+    session_id: SessionId = None,
+    as_json: AsJson = False,
+) -> None:
+    """Browse up to --count messages without locking or settling them."""
+    import ray_broker as rb
+
+    ns = attach(namespace, address)
+    target, properties = receivable(ns, entity)
+    session = session_id if not dead_letter and properties.requires_session else None
+    options = dict(sub_queue=rb.SubQueue.DEAD_LETTER if dead_letter else None, session_id=session)
+    receiver = (ns.get_queue_receiver(target.name, **options) if target.subscription is None
+                else ns.get_subscription_receiver(target.name, target.subscription, **options))
+    with receiver:
+        messages = receiver.peek_messages(count, sequence_number=from_sequence)
+    if as_json:
+        for message in messages:
+            print(output.message_json(message))
+    elif messages:
+        output.table(output.MESSAGE_HEADERS, [output.message_row(m) for m in messages])
+    output.note(f"peeked {len(messages)} message(s) in {target}" + (" (dead-letter)" if dead_letter else ""))

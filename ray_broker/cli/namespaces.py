@@ -1,0 +1,160 @@
+"""`ray-broker start`, `stop` and `status`: a namespace's life on a Ray cluster."""
+from __future__ import annotations
+
+import os
+from enum import Enum
+from typing import Annotated, Any, Optional
+
+import typer
+
+from ..errors import InvalidOperationError
+from . import output
+from .options import DEFAULT_NAMESPACE, AddressOption, NamespaceOption, attach
+from .status import PARTITION_HEADERS, entity_runtimes, partition_counts, partition_statuses
+
+
+class SkuChoice(str, Enum):
+    """The tiers `--sku` takes."""
+
+    basic = "basic"
+    standard = "standard"
+    premium = "premium"
+
+
+class DurabilityChoice(str, Enum):
+    """The durabilities `--durability` takes."""
+
+    normal = "normal"
+    fsync = "fsync"
+    memory = "memory"
+
+
+def start(
+    namespace: NamespaceOption = DEFAULT_NAMESPACE,
+    address: AddressOption = None,
+    sku: Annotated[Optional[SkuChoice], typer.Option(help="Tier.  [default: standard]")] = None,
+    partitions: Annotated[Optional[int], typer.Option(
+        min=1, max=64, help="Premium only: the partition count, 1 to 64.  [default: 1]")] = None,
+    data_dir: Annotated[Optional[str], typer.Option(
+        help="Where the partitions keep their stores.  [default: $RAY_BROKER_HOME/<name> or ~/.ray_broker/<name>]")] = None,
+    gateways: Annotated[Optional[int], typer.Option(min=1, help="Gateway actors.  [default: 1]")] = None,
+    durability: Annotated[Optional[DurabilityChoice], typer.Option(help="Durability.  [default: normal]")] = None,
+    port: Annotated[Optional[int], typer.Option(
+        min=1, max=65535, help="Port of the Ray head this command starts when no cluster runs.")] = None,
+) -> None:
+    """Start a namespace on the Ray cluster (starting a Ray head if none runs); it outlives this command.
+
+    If the namespace already runs, options that differ from its settings are an error (its settings
+    cannot change while it runs).
+    """
+    import ray
+
+    import ray_broker as rb
+    from ..client.lifecycle import cluster_address, ensure_ray, local_head_address, running_config
+    from ..ray_head import start_head
+
+    wanted = {"sku": sku and sku.value, "partition_count": partitions, "data_dir": data_dir, "gateways": gateways,
+              "durability": durability and durability.value}
+    target = cluster_address(address)
+    if target is None:
+        head = start_head(port, local_head_address)
+        output.out(f"started a Ray head at {head.address} (pid {head.pid}; `ray-broker stop --ray` stops it)")
+        target = head.address
+    ensure_ray(target)
+    running = running_config(namespace)
+    if running is not None:
+        _check_unchanged(running, {k: v for k, v in wanted.items() if v is not None})
+    config = rb.start(namespace, sku=wanted["sku"] or "standard", partitions=partitions, data_dir=data_dir,
+                      gateways=gateways or 1, durability=wanted["durability"] or "normal").config
+    verb = "running" if running is None else "already running"
+    output.out(f"namespace {config.name!r} {verb} on {ray.get_runtime_context().gcs_address}: sku={config.sku}, "
+               f"{config.partition_count} partitions, {config.gateways} gateway(s), "
+               f"durability={config.durability}, data_dir={config.data_dir or '-'}")
+
+
+_OPTION_OF = {"sku": "--sku", "partition_count": "--partitions", "data_dir": "--data-dir", "gateways": "--gateways",
+              "durability": "--durability"}
+
+
+def _check_unchanged(running: Any, wanted: dict[str, Any]) -> None:
+    """Raise `InvalidOperationError` naming each option in `wanted` that differs from the running
+    namespace's setting."""
+    differences = []
+    for field, value in wanted.items():
+        have = getattr(running, field)
+        same = (os.path.abspath(value) == os.path.abspath(have)) if field == "data_dir" and have else value == have
+        if not same:
+            differences.append(f"{_OPTION_OF[field]} {value} (it runs with {have if have is not None else 'none'})")
+    if differences:
+        raise InvalidOperationError(
+            f"namespace {running.name!r} is already running with other settings: {'; '.join(differences)}. "
+            f"Its settings cannot change while it runs: leave those options out, or stop it first "
+            f"(`ray-broker stop -n {running.name}`)", entity=running.name)
+
+
+def stop(
+    namespace: NamespaceOption = DEFAULT_NAMESPACE,
+    address: AddressOption = None,
+    delete_data: Annotated[bool, typer.Option("--delete-data", help="Also delete the namespace's stores.")] = False,
+    ray_head: Annotated[bool, typer.Option("--ray", help="Also stop the Ray head that `ray-broker start` started "
+                                                         "(even when the namespace cannot be reached).")] = False,
+) -> None:
+    """Stop a namespace (its data stays unless --delete-data)."""
+    import ray
+
+    import ray_broker as rb
+    from ..client.lifecycle import cluster_address, ensure_ray, running_config
+    from ..ray_head import started_head, stop_head
+
+    failure: Exception | None = None
+    try:
+        target = cluster_address(address)
+        if target is None:
+            output.out("no Ray cluster is running here; no namespace to stop")
+        else:
+            ensure_ray(target)
+            outcome = "stopped" if running_config(namespace) is not None else "was not running"
+            rb.stop(namespace, delete_data=delete_data)
+            ray.shutdown()
+            output.out(f"namespace {namespace!r} {outcome}" + ("; its data is deleted" if delete_data else ""))
+    except Exception as exc:  # noqa: BLE001 - with --ray the head is still stopped; raised after that
+        if not ray_head:
+            raise
+        failure = exc
+    if ray_head:
+        head = started_head()
+        if head is None:
+            output.out("no Ray head started by `ray-broker start` is running; nothing else stopped")
+        else:
+            stop_head(head)
+            output.out(f"Ray head at {head.address} (pid {head.pid}) stopped; other Ray clusters left running")
+    if failure is not None:
+        raise failure
+
+
+def status(namespace: NamespaceOption = DEFAULT_NAMESPACE, address: AddressOption = None) -> None:
+    """Show each partition (node, pid, health, restarts, counts) and each queue's and subscription's counts."""
+    ns = attach(namespace, address)
+    config = ns.config
+    output.out(f"namespace {ns.name!r}: sku={config.sku}, {ns.partition_count} partitions, "
+               f"{config.gateways} gateway(s), durability={config.durability}, data_dir={config.data_dir or '-'}")
+    entities = entity_runtimes(ns)
+    counts = partition_counts([runtime for *_, runtime in entities], ns.partition_count)
+    output.out()
+    output.table(PARTITION_HEADERS, [p.row(counts[p.index]) for p in partition_statuses(ns)])
+    output.out()
+    if not entities:
+        output.out(f"no queues or subscriptions (`ray-broker queue create NAME -n {ns.name}` creates a queue)")
+        return
+    output.table(["entity", "kind", "flags", "status", "availability", "active", "dead-letter", "scheduled",
+                  "bytes"],
+                 [[path, kind, flags(props), props.status, rt.availability, rt.active_message_count,
+                   rt.dead_letter_message_count, rt.scheduled_message_count, rt.size_in_bytes]
+                  for kind, path, props, rt in entities])
+
+
+def flags(properties: Any) -> str:
+    """An entity's fixed options, comma-separated ("-" for none)."""
+    names = (("partitioned", "enable_partitioning"), ("sessions", "requires_session"),
+             ("dedup", "requires_duplicate_detection"))
+    return ",".join(label for label, field in names if getattr(properties, field, False)) or "-"

@@ -1,0 +1,115 @@
+"""What `ray-broker status` reports about a namespace: each partition's node, process, health,
+restarts and message counts, and each queue's and subscription's counts."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+PING_TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True)
+class PartitionStatus:
+    """One partition as the cluster and the partition itself report it."""
+
+    index: int
+    node: str | None
+    """The node's IP and the first 8 characters of its id, or None when Ray places it nowhere."""
+    pid: int | None
+    health: str
+    """up when it answered, else Ray's state of its actor (RESTARTING, DEAD, ...), or missing."""
+    restarts: int | None
+    """How many times Ray restarted the actor (a recreated partition counts from 0 again)."""
+
+    def row(self, counts: tuple[int, int, int]) -> list[Any]:
+        """The partition's row in the status table, with its (active, dead-letter, scheduled) counts."""
+        return [self.index, self.node, self.pid, self.health, self.restarts, *counts]
+
+
+PARTITION_HEADERS = ["partition", "node", "pid", "health", "restarts", "active", "dead-letter", "scheduled"]
+
+
+def partition_statuses(ns: Any, timeout: float = PING_TIMEOUT_S) -> list[PartitionStatus]:
+    """Every partition of `ns`: asks each for its process id (waiting up to `timeout` in all) and
+    reads its node, state and restart count from Ray's actor table."""
+    import ray
+
+    from ..config import RAY_NAMESPACE
+
+    handles: list[Any] = []
+    for k in range(ns.partition_count):
+        try:
+            handles.append(ray.get_actor(f"{ns.name}.partition.{k}", namespace=RAY_NAMESPACE))
+        except ValueError:
+            handles.append(None)
+    pids = _answers([None if h is None else h.pid.remote() for h in handles], timeout)
+    return [_status(k, handle, pid) for k, (handle, pid) in enumerate(zip(handles, pids))]
+
+
+def _answers(refs: list[Any], timeout: float) -> list[int | None]:
+    """Each ref's value, or None for one that failed or did not answer in `timeout`."""
+    import ray
+
+    pending = [r for r in refs if r is not None]
+    done = set(ray.wait(pending, num_returns=len(pending), timeout=timeout)[0]) if pending else set()
+    values: list[int | None] = []
+    for ref in refs:
+        try:
+            values.append(int(ray.get(ref)) if ref is not None and ref in done else None)
+        except ray.exceptions.RayError:
+            values.append(None)
+    return values
+
+
+def _status(index: int, handle: Any, pid: int | None) -> PartitionStatus:
+    if handle is None:
+        return PartitionStatus(index, None, None, "missing", None)
+    record = _actor_record(handle)
+    address = record.get("Address") or {}
+    node_id = str(address.get("NodeID") or "")
+    node = f"{address.get('IPAddress')} ({node_id[:8]})" if node_id else None
+    health = "up" if pid is not None else str(record.get("State") or "not answering")
+    restarts = record.get("NumRestarts")
+    return PartitionStatus(index, node, pid if pid is not None else record.get("Pid") or None, health,
+                           None if restarts is None else int(restarts))
+
+
+def _actor_record(handle: Any) -> dict[str, Any]:
+    """The actor's entry in Ray's actor table (node, state, restarts), or {} where the table cannot
+    be read (through Ray Client). Ray's public state API needs its dashboard, which a cluster may
+    not run, so the table is read from the GCS directly."""
+    from ray._private import state
+
+    try:
+        return dict(state.actors(actor_id=handle._actor_id.hex()) or {})
+    except Exception:  # noqa: BLE001 - node and restarts then show as unknown; the rest of the row stands
+        return {}
+
+
+def partition_counts(runtimes: list[Any], partitions: int) -> list[tuple[int, int, int]]:
+    """(active, dead-letter, scheduled) per partition, summed over the entities' runtime properties."""
+    totals = [[0, 0, 0] for _ in range(partitions)]
+    for runtime in runtimes:
+        for p in runtime.partitions:
+            total = totals[p.index]
+            total[0] += p.active_message_count
+            total[1] += p.dead_letter_message_count
+            total[2] += p.scheduled_message_count
+    return [(a, d, s) for a, d, s in totals]
+
+
+def entity_runtimes(ns: Any) -> list[tuple[str, str, Any, Any]]:
+    """(kind, path, properties, runtime properties) of every queue and every subscription."""
+    from ..errors import InvalidOperationError
+
+    entities: list[tuple[str, str, Any, Any]] = [
+        ("queue", q.name, q, ns.get_queue_runtime_properties(q.name)) for q in ns.list_queues()]
+    try:
+        topics = ns.list_topics()
+    except InvalidOperationError:
+        topics = []
+    for topic in topics:
+        for sub in ns.list_subscriptions(topic.name):
+            entities.append(("subscription", f"{topic.name}/subscriptions/{sub.name}", sub,
+                             ns.get_subscription_runtime_properties(topic.name, sub.name)))
+    return entities
