@@ -233,7 +233,7 @@ class PartitionState:
     def not_found(self, name: str) -> MessagingEntityNotFoundError:
         """The error for an entity this partition does not hold."""
         return self.error(MessagingEntityNotFoundError,
-                          f"entity {name!r} does not exist; create it first (names are case-insensitive)", name)
+                          f"entity {name!r} does not exist (names are case-insensitive)", name)
 
     def fragment(self, name: str) -> Fragment:
         """The fragment of entity `name` hosted here; raises if it is absent or lives elsewhere."""
