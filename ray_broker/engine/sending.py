@@ -175,11 +175,28 @@ def _check_sendable(state: PartitionState, frag: Fragment, envelopes: Sequence[M
     if opts["requires_session"] and any(e.get("session_id") is None for e in envelopes):
         raise state.error(InvalidOperationError,
                           f"entity {frag.name!r} requires sessions: set session_id on every message", frag.name)
+    for position, envelope in enumerate(envelopes):
+        if not _is_message(envelope.get("payload")):
+            raise state.error(InvalidArgumentError, f"message {position} of the batch to {frag.name!r} is not an "
+                              "encoded message (a msgpack map with a bytes body); send rb.Message objects through a "
+                              "sender", frag.name)
     incoming = sum(int(e["size"]) for e in envelopes)
     limit = int(opts["max_size_in_megabytes"]) * 1024 * 1024
     if state.sizes.get(frag.key, 0) + incoming > limit:
         raise state.error(QuotaExceededError, f"entity {frag.name!r} is full on partition {state.index} "
                           f"({limit} bytes); receive messages or raise max_size_in_megabytes", frag.name)
+
+
+def _is_message(payload: Any) -> bool:
+    """Whether `payload` is a message's wire form, encoded (a map with a bytes body): a partition
+    stores nothing that receivers could not decode, and decodes only msgpack."""
+    if not isinstance(payload, bytes):
+        return False
+    try:
+        wire = codec.unpackb(payload)
+    except Exception:  # noqa: BLE001 - msgpack raises several kinds for bytes that are not one value
+        return False
+    return isinstance(wire, dict) and isinstance(wire.get("body"), bytes)
 
 
 def _dedup_key(env: Mapping[str, Any], opts: Mapping[str, Any]) -> str:

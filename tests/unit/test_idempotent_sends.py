@@ -112,7 +112,7 @@ def test_only_the_latest_batches_are_remembered(broker: Broker) -> None:
 
 def test_a_failed_send_is_not_remembered(broker: Broker) -> None:
     broker.create_queue("q", max_size_in_megabytes=1)
-    big = [{"payload": b"x", "size": 2 * 1024 * 1024}]
+    big = [{**envelopes("a")[0], "size": 2 * 1024 * 1024}]
     with pytest.raises(QuotaExceededError):
         broker.engine.send("q", big, producer=("p1", 1))
     assert broker.engine.send("q", envelopes("a"), producer=("p1", 1)) == [1]

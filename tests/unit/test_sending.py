@@ -1,12 +1,12 @@
 """Sending: sequence numbers per partition, entity placement, and what a sent message carries."""
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 import pytest
 
-from ray_broker import Message
-from ray_broker.errors import InvalidOperationError, MessagingEntityNotFoundError
+from ray_broker import Message, codec
+from ray_broker.errors import InvalidArgumentError, InvalidOperationError, MessagingEntityNotFoundError
 from ray_broker.routing import home_partition, partition_of
 
 from .conftest import Broker
@@ -104,3 +104,12 @@ def test_receive_and_delete_on_an_empty_partition_returns_nothing(make_broker) -
     broker.create_queue("q", enable_partitioning=True)
     assert broker.receive("q", 1, mode="receive_and_delete") == []
     assert broker.engine.runtime("q")["size"] == 0
+
+
+@pytest.mark.parametrize("payload", [b"\x80\x04K\x01.", b"not msgpack", codec.packb(["a list"]),
+                                     codec.packb({"body": "text, not bytes"}), None])
+def test_a_payload_that_is_not_an_encoded_message_is_refused(broker: Broker, payload: Any) -> None:
+    broker.create_queue("q")
+    with pytest.raises(InvalidArgumentError, match="message 1 of the batch to 'q' is not an encoded message"):
+        broker.engine.send("q", [Message("ok").to_envelope(), {"payload": payload, "size": 10}])
+    assert broker.engine.runtime("q")["active"] == 0
