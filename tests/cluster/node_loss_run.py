@@ -88,15 +88,18 @@ def main(root: Path) -> dict[str, object]:
             time.sleep(1)
         result["back_on_new_node"] = sorted(
             k for k, n in partition_nodes(ns, on_b).items() if n == nodes["disk-b"].node_id)
-        received = []
+        expected = PARTITIONS * PER_PARTITION + 30 + UNKEYED_WHILE_DOWN - unkeyed_errors
+        received: list[str] = []
+        deadline = time.monotonic() + 90  # a client passes over partitions that stayed away for a while
         with ns.get_queue_receiver("q", max_wait_time=5) as receiver:
-            while batch := receiver.receive_messages(100, max_wait_time=5):
+            while len(received) < expected and time.monotonic() < deadline:
+                batch = receiver.receive_messages(100, max_wait_time=5)
                 for message in batch:
                     receiver.complete_message(message)
                 received.extend(m.body.decode() for m in batch)
         result["received"] = len(received)
         result["distinct"] = len(set(received))
-        result["expected"] = PARTITIONS * PER_PARTITION + 30 + UNKEYED_WHILE_DOWN - unkeyed_errors
+        result["expected"] = expected
         rb.stop("nodeloss", delete_data=True)
     except Exception as exc:  # noqa: BLE001 - reported with what was observed so far
         result["error"] = f"{type(exc).__name__}: {exc}"
