@@ -1,11 +1,14 @@
 """A RayDP Spark session on the shared Ray: Java 17 options work and DataFrames reach Ray Data."""
 from __future__ import annotations
 
-from typing import Any, Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
+from ray_broker.errors import InvalidOperationError
 from spark_bridge import JAVA17_OPTIONS, spark_configs
+from spark_bridge.session import check_java, java_major_version
 
 pytestmark = pytest.mark.spark
 
@@ -20,18 +23,32 @@ def test_configs_carry_java17_options_everywhere() -> None:
     assert configs["spark.sql.shuffle.partitions"] == "4"
 
 
-@pytest.fixture(scope="session")
-def spark(ray_instance: None) -> Iterator[Any]:
-    from spark_bridge import init_spark, stop_spark
-
-    session = init_spark("ray-broker-tests", 1, 1, "500M")
-    yield session
-    stop_spark()
-
-
 def test_spark_dataframe_round_trips_through_ray_data(spark: Any) -> None:
     import ray.data
 
     df = spark.range(0, 100).withColumnRenamed("id", "n")
     dataset = ray.data.from_spark(df)
     assert sorted(row["n"] for row in dataset.take_all()) == list(range(100))
+
+
+@pytest.mark.parametrize(("text", "major"), [('openjdk version "17.0.15" 2025-04-15', 17),
+                                             ('java version "1.8.0_392"', 8), ('openjdk version "21" 2023-09-19', 21),
+                                             ("no version here", None)])
+def test_java_major_version(text: str, major: int | None) -> None:
+    assert java_major_version(text) == major
+
+
+def test_missing_or_old_java_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path))
+    with pytest.raises(InvalidOperationError, match="has no bin/java"):
+        check_java()
+    java = tmp_path / "bin" / "java"
+    java.parent.mkdir()
+    java.write_text("#!/bin/sh\necho 'openjdk version \"11.0.2\" 2019-01-15' >&2\n")
+    java.chmod(0o755)
+    with pytest.raises(InvalidOperationError, match="is Java 11; install Java 17"):
+        check_java()
+    monkeypatch.delenv("JAVA_HOME")
+    monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))
+    with pytest.raises(InvalidOperationError, match="no `java` is on the PATH"):
+        check_java()

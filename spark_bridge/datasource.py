@@ -1,0 +1,154 @@
+"""`EntityDatasource`: a Ray Data source that reads a queue or subscription, peeking or receiving."""
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator
+
+import pyarrow as pa
+from ray.data import Datasource, ReadTask
+from ray.data.block import BlockMetadata
+
+import ray_broker as rb
+from ray_broker.routing import make_sequence_number, partition_of
+
+from .entity import Entity, check_count, check_mode, entity_to_read
+from .rows import READ_SCHEMA, SPLIT_SCHEMA, split_properties, table_from_messages
+
+RECEIVE_PAGE = 2000
+"""Messages asked for in one receive call; each answer becomes one block."""
+RECEIVE_TASKS = 4
+"""The most read tasks in "receive" mode: every receiver takes messages from every partition, so
+more tasks only add processes and silent waits at the end."""
+PEEK_PAGE = 1000
+"""Messages asked for in one peek call (every partition after the one read answers one too)."""
+
+
+def peek_partition(receiver: rb.Receiver, entity: Entity, partition: int, start: int,
+                   limit: int | None) -> Iterator[list[rb.ReceivedMessage]]:
+    """Pages of one partition's messages from sequence number `start` on, at most `limit` in all,
+    browsed without locking them; ends where the partition's messages end."""
+    left = limit
+    start = max(start, 1)  # sequence number 0 would ask the receiver to continue where it stopped
+    while left is None or left > 0:
+        count = PEEK_PAGE if left is None else min(PEEK_PAGE, left)
+        page = receiver.peek_messages(count, sequence_number=start)
+        mine = [m for m in page if partition_of(m.sequence_number) == partition] if len(entity.partitions) > 1 \
+            else page
+        if mine:
+            yield mine
+            start = mine[-1].sequence_number + 1
+            left = None if left is None else left - len(mine)
+        if len(mine) < count:
+            return
+
+
+class EntityDatasource(Datasource):
+    """Reads a queue (or a topic's subscription) into a Dataset of API.md's read columns.
+
+    Args:
+        ns: the namespace (the handle pickles into the read tasks).
+        entity: the queue, or the topic of `subscription`; it must exist.
+        mode: "peek" browses without consuming, one read task per partition, each reading its
+            partition's messages in sequence-number order; "receive" consumes, with up to
+            `RECEIVE_TASKS` read tasks (receivers take from every partition): each receives
+            (peek-lock) and completes a block's messages once the block is handed to Ray Data,
+            so a task that dies leaves them to be delivered again.
+        subscription: the subscription to read, when `entity` is a topic.
+        max_messages: the most messages read in all (None: whatever is there). With "peek", they
+            are the first ones in browsing order (partition 0's, then partition 1's, ...).
+        max_wait_time: in "receive" mode, a task ends after this many seconds without a message.
+        properties_as_lists: give `application_properties` as two list columns, keys and values
+            (`spark_bridge.rows.split_properties`), the form Spark takes from Ray Data.
+
+    Example:
+        ds = ray.data.read_datasource(EntityDatasource(ns, "orders", mode="peek"))
+    """
+
+    def __init__(self, ns: rb.Namespace, entity: str, mode: str = "peek", subscription: str | None = None,
+                 max_messages: int | None = None, *, max_wait_time: float = 5,
+                 properties_as_lists: bool = False) -> None:
+        self._ns = ns
+        self._schema = SPLIT_SCHEMA if properties_as_lists else READ_SCHEMA
+        self._split = properties_as_lists
+        self._mode = check_mode(mode)
+        self._max_messages = check_count("max_messages", max_messages, optional=True)
+        self._max_wait_time = max_wait_time
+        self._entity = entity_to_read(ns, entity, subscription)
+
+    def get_name(self) -> str:
+        """The source's name in Ray Data's progress output."""
+        return f"Entity({self._entity.name})"
+
+    def estimate_inmemory_data_size(self) -> int | None:
+        """Unknown until read."""
+        return None
+
+    def get_read_tasks(self, parallelism: int, per_task_row_limit: int | None = None,
+                       data_context: Any = None) -> list[ReadTask]:
+        """One task per partition to peek; to receive, `parallelism` tasks, at most `RECEIVE_TASKS`
+        and no more than there are partitions."""
+        if self._mode == "peek":
+            limits = self._peek_limits()
+            fns = [self._peek_fn(k, limits[k]) for k in self._entity.partitions if limits[k] != 0]
+        else:
+            tasks = max(1, min(len(self._entity.partitions), RECEIVE_TASKS, parallelism if parallelism > 0 else 1))
+            fns = [self._receive_fn(share) for share in self._shares(tasks) if share != 0]
+        metadata = BlockMetadata(num_rows=None, size_bytes=None, exec_stats=None, input_files=None)
+        return [ReadTask(fn, metadata, schema=self._schema, per_task_row_limit=per_task_row_limit) for fn in fns]
+
+    def _shares(self, tasks: int) -> list[int | None]:
+        """Each receive task's share of `max_messages` (None: no limit)."""
+        if self._max_messages is None:
+            return [None] * tasks
+        base, extra = divmod(self._max_messages, tasks)
+        return [base + (1 if i < extra else 0) for i in range(tasks)]
+
+    def _peek_limits(self) -> dict[int, int | None]:
+        """How many messages each partition's task reads: with `max_messages`, the first ones in
+        browsing order, from each partition's active count."""
+        if self._max_messages is None:
+            return {k: None for k in self._entity.partitions}
+        if len(self._entity.partitions) == 1:
+            return {self._entity.partitions[0]: self._max_messages}
+        entity = self._entity
+        props = self._ns.get_queue_runtime_properties(entity.name) if entity.subscription is None else \
+            self._ns.get_subscription_runtime_properties(entity.name, entity.subscription)
+        active = {p.index: p.active_message_count for p in props.partitions}
+        limits: dict[int, int | None] = {}
+        left = self._max_messages
+        for k in entity.partitions:
+            limits[k] = min(left, active.get(k, 0))
+            left -= limits[k] or 0
+        return limits
+
+    def _table(self) -> Callable[[list[rb.ReceivedMessage]], pa.Table]:
+        """How a page of messages becomes a block."""
+        if self._split:
+            return lambda page: split_properties(table_from_messages(page))
+        return table_from_messages
+
+    def _peek_fn(self, partition: int, limit: int | None) -> Callable[[], Iterator[pa.Table]]:
+        ns, entity, table = self._ns, self._entity, self._table()
+
+        def read() -> Iterator[pa.Table]:
+            with entity.receiver(ns, None) as receiver:
+                for page in peek_partition(receiver, entity, partition, make_sequence_number(partition, 0), limit):
+                    yield table(page)
+
+        return read
+
+    def _receive_fn(self, share: int | None) -> Callable[[], Iterator[pa.Table]]:
+        ns, entity, wait, table = self._ns, self._entity, self._max_wait_time, self._table()
+
+        def read() -> Iterator[pa.Table]:
+            left = share
+            with entity.receiver(ns, wait) as receiver:
+                while left is None or left > 0:
+                    page = receiver.receive_messages(RECEIVE_PAGE if left is None else min(RECEIVE_PAGE, left))
+                    if not page:
+                        return
+                    yield table(page)
+                    for message in page:
+                        receiver.complete_message(message)
+                    left = None if left is None else left - len(page)
+
+        return read

@@ -1,0 +1,188 @@
+"""Columns to messages and back (spark_bridge.rows), on Arrow tables, a peeking reader's saved
+positions (spark_bridge.positions) and how a writer groups messages (spark_bridge.sending): no
+Spark, no Ray."""
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from ray_broker.errors import InvalidArgumentError
+from ray_broker.message import Message, ReceivedMessage
+from ray_broker.routing import partition_for_key
+from spark_bridge.entity import Entity
+from spark_bridge.positions import POSITIONS_FILE, PeekPositions
+from spark_bridge.rows import (
+    BINARY,
+    JSON,
+    JSON_CONTENT_TYPE,
+    MAP,
+    NULL,
+    OTHER,
+    PROPERTY_KEYS,
+    PROPERTY_VALUES,
+    READ_SCHEMA,
+    SCALAR,
+    SPLIT_SCHEMA,
+    STRING,
+    WriteSpec,
+    arrow_kind,
+    arrow_kinds,
+    sort_messages,
+    split_properties,
+    table_from_messages,
+)
+from spark_bridge.sending import IN_FLIGHT, partition_groups
+
+
+def orders() -> pa.Table:
+    return pa.table({
+        "body": pa.array([b"a", b"b", b"c"], pa.binary()),
+        "customer": ["c1", None, "c2"],
+        "order_id": [1, 2, 3],
+        "amount": [1.5, 2.0, None],
+        "when": pa.array([dt.date(2026, 1, 2)] * 3, pa.date32()),
+        "price": pa.array([decimal.Decimal("1.25")] * 3, pa.decimal128(5, 2)),
+        "tags": pa.array([[("k", "v")], None, []], pa.map_(pa.string(), pa.string())),
+        "doc": pa.array([{"x": 1, "y": [("m", 2)]}, None, {"x": 3, "y": []}],
+                        pa.struct([("x", pa.int64()), ("y", pa.map_(pa.string(), pa.int64()))])),
+    })
+
+
+def test_arrow_kinds() -> None:
+    assert arrow_kinds(orders().schema) == {"body": BINARY, "customer": STRING, "order_id": SCALAR, "amount": SCALAR,
+                                            "when": SCALAR, "price": SCALAR, "tags": MAP, "doc": JSON}
+    assert arrow_kind(pa.list_(pa.int32())) == JSON
+    assert arrow_kind(pa.null()) == NULL
+    assert arrow_kind(pa.duration("s")) == OTHER
+
+
+def test_binary_body_keys_and_property_columns() -> None:
+    spec = WriteSpec(body="body", partition_key="customer", message_id="order_id",
+                     properties=["amount", "when", "price"])
+    table = orders()
+    spec.validate(arrow_kinds(table.schema), "the table")
+    messages = spec.messages(table)
+    assert [m.body for m in messages] == [b"a", b"b", b"c"]
+    assert [m.partition_key for m in messages] == ["c1", None, "c2"]      # a null key is no key
+    assert [m.message_id for m in messages] == ["1", "2", "3"]
+    assert messages[0].application_properties == {"amount": 1.5, "when": "2026-01-02", "price": "1.25"}
+    assert messages[2].application_properties["amount"] is None
+    assert all(m.content_type is None for m in messages)
+
+
+def test_map_column_properties_and_string_body() -> None:
+    table = orders().append_column("text", pa.array(["é", "", None]))
+    spec = WriteSpec(body="text", session_id="customer", properties="tags")
+    spec.validate(arrow_kinds(table.schema), "the table")
+    messages = spec.messages(table)
+    assert [m.body for m in messages] == ["é".encode(), b"", b""]
+    assert [m.session_id for m in messages] == ["c1", None, "c2"]
+    assert [m.application_properties for m in messages] == [{"k": "v"}, {}, {}]
+
+
+def test_struct_body_is_json() -> None:
+    spec = WriteSpec(body="doc")
+    messages = spec.messages(orders())
+    assert [json.loads(m.body) for m in messages] == [{"x": 1, "y": {"m": 2}}, None, {"x": 3, "y": {}}]
+    assert {m.content_type for m in messages} == {JSON_CONTENT_TYPE}
+
+
+@pytest.mark.parametrize(("spec", "error"), [
+    (WriteSpec(body="missing"), "the body column 'missing' is not in the table"),
+    (WriteSpec(body="amount"), "unsupported type"),
+    (WriteSpec(partition_key="doc"), "must hold strings"),
+    (WriteSpec(properties="customer"), "must be a map column"),
+    (WriteSpec(properties=["doc"]), "nested values are not application properties"),
+    (WriteSpec(properties=["body", "nope"]), "a property column 'nope' is not in the table"),
+])
+def test_validation_names_the_problem(spec: WriteSpec, error: str) -> None:
+    with pytest.raises(InvalidArgumentError, match=error):
+        spec.validate(arrow_kinds(orders().schema), "the table")
+
+
+@pytest.mark.parametrize("kwargs", [{"body": ""}, {"body": None}, {"partition_key": 3}, {"properties": [1]},
+                                    {"properties": 5}])
+def test_spec_arguments_are_checked(kwargs: dict[str, object]) -> None:
+    with pytest.raises(InvalidArgumentError):
+        WriteSpec(**kwargs)  # type: ignore[arg-type]
+
+
+def test_columns_lists_each_column_once() -> None:
+    spec = WriteSpec(body="body", partition_key="customer", session_id="customer", properties=["amount", "body"])
+    assert spec.columns() == ["body", "customer", "amount"]
+
+
+def test_an_invalid_row_is_an_argument_error() -> None:
+    table = pa.table({"body": [b"x"], "key": ["k" * 200]})
+    with pytest.raises(InvalidArgumentError, match="row 0"):
+        WriteSpec(partition_key="key").messages(table)
+
+
+def test_sort_messages_ignores_input_order() -> None:
+    messages = [Message(b"b", partition_key="k2"), Message(b"a", partition_key="k1"), Message(b"c"),
+                Message(b"a", partition_key="k1", application_properties={"n": 1})]
+    forward = [(m.partition_key, m.body, m.application_properties) for m in sort_messages(messages)]
+    backward = [(m.partition_key, m.body, m.application_properties) for m in sort_messages(reversed(messages))]
+    assert forward == backward
+    assert forward[0] == (None, b"c", {})
+
+
+def test_table_from_messages_has_the_read_columns() -> None:
+    when = dt.datetime(2026, 11, 23, 1, 2, 3, tzinfo=dt.timezone.utc)
+    received = ReceivedMessage({"body": b"x", "message_id": "m1", "partition_key": "p", "subject": "s",
+                                "sequence_number": (3 << 48) | 7, "delivery_count": 2,
+                                "enqueued_time": when.timestamp(),
+                                "application_properties": {"a": 1, "b": True, "c": None, "d": b"raw"}}, peeked=True)
+    table = table_from_messages([received])
+    assert table.schema == READ_SCHEMA
+    row = table.to_pylist()[0]
+    assert row["body"] == b"x" and row["message_id"] == "m1" and row["partition_key"] == "p"
+    assert row["session_id"] is None and row["subject"] == "s"
+    assert row["sequence_number"] == (3 << 48) | 7 and row["partition"] == 3 and row["delivery_count"] == 2
+    assert row["enqueued_time_utc"] == when
+    assert dict(row["application_properties"]) == {"a": "1", "b": "true", "c": None, "d": "raw"}
+    assert table_from_messages([]).num_rows == 0
+
+
+def test_peek_positions_survive_a_restart(tmp_path: Path) -> None:
+    checkpoint = str(tmp_path / "reader")
+    positions = PeekPositions(checkpoint, (0, 1, 2))
+    assert positions.as_dict() == {0: 0, 1: 1 << 48, 2: 2 << 48}
+    positions[1] = (1 << 48) | 42
+    positions.save()
+    assert PeekPositions(checkpoint, (0, 1, 2)).as_dict() == {0: 0, 1: (1 << 48) | 42, 2: 2 << 48}
+    assert sorted(p.name for p in (tmp_path / "reader").iterdir()) == [POSITIONS_FILE]
+    with pytest.raises(InvalidArgumentError, match="another entity"):
+        PeekPositions(checkpoint, (0,))
+    PeekPositions(None, (0,)).save()                                 # in memory only: writes nothing
+
+
+def test_split_properties_gives_key_and_value_lists() -> None:
+    messages = [ReceivedMessage({"body": b"a", "sequence_number": 1, "application_properties": {"x": 1, "y": None}},
+                                peeked=True),
+                ReceivedMessage({"body": b"b", "sequence_number": 2}, peeked=True)]
+    table = split_properties(table_from_messages(messages))
+    assert table.schema == SPLIT_SCHEMA
+    assert table.select([PROPERTY_KEYS, PROPERTY_VALUES]).to_pylist() == [
+        {PROPERTY_KEYS: ["x", "y"], PROPERTY_VALUES: ["1", None]}, {PROPERTY_KEYS: [], PROPERTY_VALUES: []}]
+
+
+def test_partition_groups_keep_each_key_in_order() -> None:
+    entity = Entity("q", None, "queue", tuple(range(16)))
+    messages = [Message(f"{i}".encode(), partition_key=f"k{i % 5}" if i % 3 else None) for i in range(300)]
+    groups = partition_groups(entity, messages)
+    assert sorted(m.body for g in groups for m in g) == sorted(m.body for m in messages)
+    for group in groups:
+        keys = {m.partition_key for m in group}
+        assert None not in keys or keys == {None}                   # unkeyed ones apart from keyed ones
+        if None not in keys:
+            assert len({partition_for_key(k, 16) for k in keys}) == 1
+        for key in keys - {None}:
+            bodies = [int(m.body) for m in group if m.partition_key == key]
+            assert bodies == sorted(bodies)
+    assert sum(1 for g in groups if g[0].partition_key is None) == IN_FLIGHT
