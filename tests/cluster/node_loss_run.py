@@ -34,6 +34,17 @@ def partition_nodes(ns: rb.Namespace, indexes: list[int]) -> dict[int, str]:
     return {k: ray.get(find_actor(ns.config.partition_name(k)).node.remote(), timeout=60) for k in indexes}
 
 
+def _nodes_now(ns: rb.Namespace, indexes: list[int]) -> dict[int, str]:
+    """Where partitions run now, or why that cannot be told (a partition that is down does not answer)."""
+    found = {}
+    for k in indexes:
+        try:
+            found[k] = ray.get(find_actor(ns.config.partition_name(k)).node.remote(), timeout=3)
+        except Exception as exc:  # noqa: BLE001 - recorded: a partition that is down does not answer
+            found[k] = type(exc).__name__
+    return found
+
+
 def main(root: Path) -> dict[str, object]:
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False})
     nodes = {"disk-a": worker(cluster, root, "disk-a"), "disk-b": worker(cluster, root, "disk-b")}
@@ -59,6 +70,13 @@ def main(root: Path) -> dict[str, object]:
         result["nodes_before"] = partition_nodes(ns, list(range(PARTITIONS)))
         result["node_ids"] = {label: node.node_id for label, node in nodes.items()}
         cluster.remove_node(nodes["disk-b"], allow_graceful=False)
+        gone = node_ids["disk-b"]
+        deadline = time.monotonic() + 60  # until Ray saw the node die and its partitions' processes ended
+        while any(n["NodeID"] == gone and n["Alive"] for n in ray.nodes()) or \
+                any(v == gone for v in _nodes_now(ns, on_b).values()):
+            if time.monotonic() > deadline:
+                raise TimeoutError("the removed node's partitions kept answering")
+            time.sleep(0.5)
         started = time.monotonic()
         unkeyed_errors = 0
         for j in range(UNKEYED_WHILE_DOWN):
@@ -75,6 +93,7 @@ def main(root: Path) -> dict[str, object]:
         except rb.errors.PartitionUnavailableError as exc:
             result["keyed_while_down"] = f"PartitionUnavailableError after {time.monotonic() - began:.1f}s"
             result["keyed_error_partition"] = exc.partition
+        result["nodes_while_down"] = _nodes_now(ns, on_b)
         runtime = ns.get_queue_runtime_properties("q")
         result["availability_while_down"] = runtime.availability
         result["down_partitions"] = sorted(p.index for p in runtime.partitions if not p.available)
