@@ -10,7 +10,8 @@ the quickstart again (it joins the head, and ends by stopping the namespace); an
 stop --ray` stopping that head alone (the demo itself runs in `test_demo.py`). Ray's own notices
 never reach the user. Without any cluster, and at an address where none answers, commands fail
 fast with one line.
-"""from __future__ import annotations
+"""
+from __future__ import annotations
 
 import json
 import os
