@@ -37,6 +37,8 @@ class RoundTripConfig:
     body_size: int = 1024
     rounds: int = 1
     spark_partitions: int = 8
+    executor_memory: str = "6g"
+    """The Spark executor's heap: RayDP's conversion holds a whole partition of Arrow data in it."""
 
 
 def source_frame(spark: Any, config: RoundTripConfig) -> Any:
@@ -84,7 +86,7 @@ def run(config: RoundTripConfig) -> dict[str, Any]:
     from spark_bridge.session import start_ray
 
     start_ray("local")
-    spark = init_spark("spark-roundtrip-bench", 1, 1, "2g")
+    spark = init_spark("spark-roundtrip-bench", 1, 1, config.executor_memory)
     spark.sparkContext.setLogLevel("ERROR")
     baseline: list[float] = []
     broker: list[tuple[float, float, float]] = []
@@ -140,9 +142,11 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=defaults.rounds, help="rounds of each side (default 1)")
     p.add_argument("--spark-partitions", type=int, default=defaults.spark_partitions,
                    help="partitions of the source DataFrame (default 8)")
+    p.add_argument("--executor-memory", default=defaults.executor_memory,
+                   help=f"the Spark executor's heap (default {defaults.executor_memory})")
     args = p.parse_args()
     config = RoundTripConfig(rows=args.rows, body_size=args.body_size, rounds=args.rounds,
-                             spark_partitions=args.spark_partitions)
+                             spark_partitions=args.spark_partitions, executor_memory=args.executor_memory)
     with contextlib.redirect_stdout(sys.stderr):
         doc = run(config)
     emit(doc, table(doc), args.json)
