@@ -13,11 +13,13 @@ import asyncio
 import concurrent.futures
 import os
 import threading
+import time
 import weakref
 from typing import Any
 
 from ..config import NamespaceConfig
 from ..errors import OperationTimeoutError
+from ..routing.immediate import receive_now, send_now
 from ..routing.ray_channel import RayChannel, TableHandles
 from ..routing.router import DATA_OPERATIONS, Router
 from ..sku import get_sku
@@ -90,7 +92,40 @@ class DirectLink:
             raise self._timed_out(operation, timeout) from None
 
     def call(self, operation: str, *args: Any, timeout: float) -> Any:
-        """Run an operation from synchronous code (on the router's loop), waiting up to `timeout` + grace."""
+        """Run an operation from synchronous code, waiting up to `timeout` + grace: a send or
+        receive that one round of partition calls serves on this thread (`routing.immediate`),
+        everything else (and what that round leaves) on the router's loop."""
+        router = self._routers.get(ROUTER_LOOP.loop()) if self.handles.loaded else None
+        if router is not None and operation == "send":
+            return self._send_now(router, args, timeout)
+        if router is not None and operation == "receive":
+            return self._receive_now(router, args, timeout)
+        return self._on_loop(operation, args, timeout)
+
+    def _send_now(self, router: Router, args: tuple[Any, ...], timeout: float) -> Any:
+        entity, envelopes, wait, producer = args
+        started = time.monotonic()
+        seqs = send_now(router, entity, envelopes, wait, producer)
+        if seqs is not None:
+            return seqs
+        left = max(wait - (time.monotonic() - started), 0.0)
+        return self._on_loop("send", (entity, envelopes, left, producer), left)
+
+    def _receive_now(self, router: Router, args: tuple[Any, ...], timeout: float) -> Any:
+        receiver_id, entity, subq, mode, session, count, wait, prefetch, settlements = args
+        started = time.monotonic()
+        done = receive_now(router, receiver_id, entity, subq, mode, session, count, prefetch, settlements)
+        if done is None:
+            return self._on_loop("receive", args, timeout)
+        if done.complete:
+            return done.reply
+        got = len(done.reply["messages"])
+        left = 0.0 if got else max(wait - (time.monotonic() - started), 0.0)
+        later = self._on_loop("receive", (receiver_id, entity, subq, mode, session, count - got, left, prefetch,
+                                          [settlements[i] for i in done.rest]), left)
+        return done.merged(later)
+
+    def _on_loop(self, operation: str, args: tuple[Any, ...], timeout: float) -> Any:
         future = asyncio.run_coroutine_threadsafe(self._serve(operation, args, timeout), ROUTER_LOOP.loop())
         try:
             return future.result(timeout + CALL_GRACE_S)

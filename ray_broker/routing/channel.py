@@ -12,6 +12,8 @@ from typing import Any, Protocol, Sequence
 
 Call = tuple[str, tuple[Any, ...]]
 """One engine operation: its name and positional arguments."""
+Request = tuple[int, Sequence[Call]]
+"""The calls of one round trip to a partition: its index and the operations, in order."""
 
 
 class PartitionUnavailable(Exception):
@@ -38,6 +40,13 @@ class PartitionChannel(Protocol):
 
         Raises the first engine error, or `PartitionUnavailable` when no answer came in `timeout`.
         """
+        ...
+
+    def call_now(self, requests: Sequence[Request], timeout: float) -> list[list[Any] | BaseException]:
+        """Run several round trips at once from the caller's thread (no event loop), blocking until
+        all answered or `timeout` passed; for each, its results or the error it met (an engine
+        error, or `PartitionUnavailable`). Nothing is retried and no dead partition replaced:
+        `call` does that."""
         ...
 
     async def wait_available(self, index: int, entity: str, subq: int, session_id: str | None, free_session: bool,

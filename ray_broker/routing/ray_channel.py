@@ -7,13 +7,14 @@ and asks the gateway again when one has died.
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any, Protocol, Sequence
 
 import ray
 from ray.exceptions import ActorDiedError, ActorUnavailableError, GetTimeoutError, RayActorError, RayTaskError
 
 from ..errors import unwrap_remote_error
-from .channel import Call, PartitionUnavailable
+from .channel import Call, PartitionUnavailable, Request
 
 
 class GatewayCalls(Protocol):
@@ -31,6 +32,11 @@ class TableHandles:
     def __init__(self, gateway: GatewayCalls) -> None:
         self._gateway = gateway
         self._table: dict[str, Any] | None = None
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the routing table is here."""
+        return self._table is not None
 
     async def load(self) -> None:
         """Fetch the routing table unless it is here already."""
@@ -73,13 +79,36 @@ class RayChannel:
         self.partition_count = partition_count
         self.source = source
 
-    async def call(self, index: int, calls: Sequence[Call], timeout: float) -> list[Any]:
-        """Run `calls` on partition `index` in one actor call; engine errors come back typed."""
+    def _submit(self, index: int, calls: Sequence[Call]) -> Any:
         handle = self.source.handle(index)
         if len(calls) == 1:
             operation, args = calls[0]
-            return [await self._await(index, handle.run.remote(operation, *args), timeout)]
-        return list(await self._await(index, handle.run_batch.remote(list(calls)), timeout))
+            return handle.run.remote(operation, *args)
+        return handle.run_batch.remote(list(calls))
+
+    @staticmethod
+    def _results(calls: Sequence[Call], value: Any) -> list[Any]:
+        return [value] if len(calls) == 1 else list(value)
+
+    async def call(self, index: int, calls: Sequence[Call], timeout: float) -> list[Any]:
+        """Run `calls` on partition `index` in one actor call; engine errors come back typed."""
+        return self._results(calls, await self._await(index, self._submit(index, calls), timeout))
+
+    def call_now(self, requests: Sequence[Request], timeout: float) -> list[list[Any] | BaseException]:
+        """Run round trips at once with `ray.get` on the caller's thread; each one's results or error."""
+        refs = [self._submit(index, calls) for index, calls in requests]
+        deadline = time.monotonic() + timeout
+        outcomes: list[list[Any] | BaseException] = []
+        for (index, calls), ref in zip(requests, refs):
+            try:
+                outcomes.append(self._results(calls, ray.get(ref, timeout=max(deadline - time.monotonic(), 0.001))))
+            except RayTaskError as exc:
+                outcomes.append(unwrap_remote_error(exc))
+            except (ActorUnavailableError, RayActorError, GetTimeoutError) as exc:
+                if isinstance(exc, GetTimeoutError):
+                    ray.cancel(ref)
+                outcomes.append(PartitionUnavailable(index, type(exc).__name__))
+        return outcomes
 
     async def wait_available(self, index: int, entity: str, subq: int, session_id: str | None, free_session: bool,
                              timeout: float) -> bool:

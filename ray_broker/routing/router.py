@@ -58,8 +58,15 @@ Session = dict[str, Any]
 """A held session lock as clients carry it: `session_id`, `lock_token`, `partition`, `seen`."""
 
 
-def _session_args(session: Session | None) -> tuple[str, bytes] | None:
+def session_args(session: Session | None) -> tuple[str, bytes] | None:
+    """A held session as partitions take it: `(session_id, lock_token)`, or None."""
     return None if session is None else (session["session_id"], session["lock_token"])
+
+
+def receive_reply(out: list[tuple[int, dict[str, Any]]], settled: list[Any]) -> dict[str, Any]:
+    """A receive's reply: the messages handed out, each with its partition, and the results of
+    the settlements it carried."""
+    return {"messages": [dict(r, partition=k) for k, r in out], "settled": settled}
 
 
 class Router:
@@ -145,16 +152,20 @@ class Router:
 
     # ------------------------------------------------------------------ definitions
 
+    def cached_definition(self, name: str) -> dict[str, Any] | None:
+        """An entity's definition if it is cached and fresh, else None."""
+        cached = self._definitions.get(name.lower())
+        return cached[1] if cached is not None and cached[0] > self.clock() else None
+
     async def definition(self, name: str, fresh: bool = False) -> dict[str, Any]:
         """An entity's definition, cached for `DEFINITION_TTL_S`."""
-        key = name.lower()
-        cached = self._definitions.get(key)
-        if cached is not None and not fresh and cached[0] > self.clock():
-            return cached[1]
+        cached = None if fresh else self.cached_definition(name)
+        if cached is not None:
+            return cached
         try:
             definition = await self.any("get_entity", name)
         except MessagingEntityNotFoundError:
-            self._definitions.pop(key, None)
+            self._definitions.pop(name.lower(), None)
             raise
         self.remember(definition)
         return definition  # type: ignore[no-any-return]
@@ -193,7 +204,7 @@ class Router:
         async def to_partition(k: int, indexes: list[int]) -> None:
             seqs = await self.keyed(k, "send", entity, [envelopes[i] for i in indexes], producer, deadline=deadline,
                                     entity=entity)
-            self._place(result, indexes, seqs, definition, k)
+            self.place(result, indexes, seqs, definition, k)
 
         jobs: list[Awaitable[None]] = [to_partition(k, idx) for k, idx in keyed.items()]
         if unkeyed:
@@ -203,8 +214,9 @@ class Router:
         await asyncio.gather(*jobs)
         return result
 
-    def _place(self, result: list[int | None], indexes: list[int], seqs: Sequence[int | None],
-               definition: dict[str, Any], k: int) -> None:
+    def place(self, result: list[int | None], indexes: list[int], seqs: Sequence[int | None],
+              definition: dict[str, Any], k: int) -> None:
+        """Record partition `k`'s sequence numbers for the messages at `indexes` of a send."""
         for i, seq in zip(indexes, seqs):
             result[i] = seq
         self._hint(definition, MAIN, None, k, True)
@@ -238,7 +250,7 @@ class Router:
                     if seqs is None:
                         self.health.hold(k, self.clock() + AWAY_HOLD_S)
                         continue
-                self._place(result, indexes, seqs, definition, k)
+                self.place(result, indexes, seqs, definition, k)
                 return
             if self.clock() >= deadline:
                 raise PartitionUnavailableError(
@@ -267,7 +279,7 @@ class Router:
         retried there until `timeout` (a repeat of a commit that took effect answers with its
         results). Operations are `["send", entity, envelopes]` or `["settle", entity, subq,
         session, ops]` with the session as clients carry it."""
-        calls = [op if op[0] == "send" else ["settle", op[1], op[2], op[4], _session_args(op[3])]
+        calls = [op if op[0] == "send" else ["settle", op[1], op[2], op[4], session_args(op[3])]
                  for op in operations]
         return await self.keyed(index, "commit_transaction", transaction_id, deadline,  # type: ignore[no-any-return]
                                 calls, deadline=self.clock() + timeout)
@@ -302,23 +314,18 @@ class Router:
         """
         deadline = self.clock() + max_wait
         definition = await self.definition(entity)
-        state = self._receiver(receiver_id, entity, subq)
+        state = self.receiver(receiver_id, entity, subq)
         state.harvest()
         out = state.take(max_count, time.time())
-        session_args = _session_args(session)
         session_id = None if session is None else session["session_id"]
-        hosts = [session["partition"]] if session is not None else planner.hosts(definition, self.count)
-        hints = self._hints.setdefault((definition["name"].lower(), subq, session_id), {})
+        hosts = self.receive_hosts(definition, session)
+        hints = self.hints(definition, subq, session_id)
         settled: list[Any] = [None] * len(settlements)
         pending = self._settlement_groups(definition, session, settlements)
         background: list[asyncio.Future[None]] = []
         probed = False
         while len(out) < max_count:
-            now = self.clock()
-            ready = [k for k in hosts if hints.get(k, True) and self.health.available(k, now)]
-            need = max_count - len(out)
-            offset = next(self._spread) % len(ready) if ready else 0
-            chosen = sorted(ready[offset:] + ready[:offset], key=lambda k: k not in pending)[:need]
+            chosen = self.choose(hosts, hints, pending, max_count - len(out))
             background.extend(self._settle_groups(definition, subq, session, settlements, pending, settled,
                                                   keep=set(chosen)))
             if not chosen:
@@ -338,36 +345,84 @@ class Router:
                     if self.clock() >= deadline:
                         break
                 continue
-            shares = [need // len(chosen) + (1 if j < need % len(chosen) else 0) for j in range(len(chosen))]
-            extra = max(0, prefetch - len(state.cache)) if mode == PEEK_LOCK else 0
-            seen = 0 if session is None else state.highest_sequence(int(session.get("seen", 0)))
-            fetched = await asyncio.gather(*(
-                self._receive_from(k, entity, subq, mode, session_args, share + (extra if j == 0 else 0), seen,
-                                   settlements, pending.pop(k, []), pending, settled, hints)
-                for j, (k, share) in enumerate(zip(chosen, shares))))
+            requests = self.receive_requests(state, entity, subq, mode, session, chosen, max_count - len(out), prefetch,
+                                             settlements, pending)
+            fetched = await asyncio.gather(*(self._receive_from(k, calls, carried, settlements, pending, settled, hints)
+                                             for k, calls, carried in requests))
             if not any(fetched):
                 for k in chosen:
                     hints[k] = False
                 continue
-            for records in fetched:
-                take = max_count - len(out)
-                out.extend(records[:take])
-                state.cache.extend(records[take:])
+            out.extend(self.hand_out(state, fetched, max_count - len(out)))
         background.extend(self._settle_groups(definition, subq, session, settlements, pending, settled, keep=None))
         await asyncio.gather(*background)
         state.last_used = self.clock()
-        return {"messages": [dict(r, partition=k) for k, r in out], "settled": settled}
+        return receive_reply(out, settled)
 
-    async def _receive_from(self, k: int, entity: str, subq: int, mode: str, session_args: tuple[str, bytes] | None,
-                            count: int, seen: int, settlements: list[list[Any]], carried: list[int],
+    def receive_hosts(self, definition: dict[str, Any], session: Session | None) -> list[int]:
+        """The partitions a receive reads: a held session's, else every one holding the entity."""
+        return [session["partition"]] if session is not None else planner.hosts(definition, self.count)
+
+    def hints(self, definition: dict[str, Any], subq: int, session_id: str | None) -> dict[int, bool]:
+        """Which partitions are known to hold messages of an entity's sub-queue (or session);
+        a partition not in it may."""
+        return self._hints.setdefault((definition["name"].lower(), subq, session_id), {})
+
+    def choose(self, hosts: list[int], hints: dict[int, bool], pending: dict[int, list[int]], need: int) -> list[int]:
+        """The partitions one round of a receive asks: those that may hold messages and are
+        available, from a rotating start, those with carried settlements first, at most `need`."""
+        now = self.clock()
+        ready = [k for k in hosts if hints.get(k, True) and self.health.available(k, now)]
+        offset = next(self._spread) % len(ready) if ready else 0
+        return sorted(ready[offset:] + ready[:offset], key=lambda k: k not in pending)[:need]
+
+    def receive_requests(self, state: ReceiverState, entity: str, subq: int, mode: str, session: Session | None,
+                         chosen: list[int], need: int, prefetch: int, settlements: list[list[Any]],
+                         pending: dict[int, list[int]]) -> list[tuple[int, list[Call], list[int]]]:
+        """One round's partition calls: for each chosen partition, its share of `need` (the first
+        also the prefetch the cache lacks) with the settlements pending for it, which leave
+        `pending`. Each request is `(partition, calls, positions of the settlements carried)`."""
+        shares = [need // len(chosen) + (1 if j < need % len(chosen) else 0) for j in range(len(chosen))]
+        extra = max(0, prefetch - len(state.cache)) if mode == PEEK_LOCK else 0
+        seen = 0 if session is None else state.highest_sequence(int(session.get("seen", 0)))
+        held = session_args(session)
+        requests = []
+        for j, (k, share) in enumerate(zip(chosen, shares)):
+            carried = pending.pop(k, [])
+            calls: list[Call] = []
+            if carried:
+                calls.append(("settle", (entity, subq, [settlements[i] for i in carried], held)))
+            calls.append(("receive", (entity, subq, share + (extra if j == 0 else 0), mode, held, seen)))
+            requests.append((k, calls, carried))
+        return requests
+
+    def received(self, k: int, replies: list[Any], carried: list[int], settlements: list[list[Any]],
+                 settled: list[Any], hints: dict[int, bool]) -> list[tuple[int, dict[str, Any]]]:
+        """Apply partition `k`'s replies to a round's request: the carried settlements' results,
+        what `k` still holds; returns the messages it sent, with their partition."""
+        if carried:
+            for i, result in zip(carried, replies[0]):
+                settled[i] = result
+        reply = replies[-1]
+        hints[k] = bool(reply["more"]) or any(settlements[i][0] in _RELEASING for i in carried)
+        return [(k, r) for r in reply["messages"]]
+
+    @staticmethod
+    def hand_out(state: ReceiverState, fetched: list[list[tuple[int, dict[str, Any]]]],
+                 wanted: int) -> list[tuple[int, dict[str, Any]]]:
+        """Up to `wanted` of a round's messages; the rest go to the receiver's cache."""
+        out: list[tuple[int, dict[str, Any]]] = []
+        for records in fetched:
+            take = wanted - len(out)
+            out.extend(records[:take])
+            state.cache.extend(records[take:])
+        return out
+
+    async def _receive_from(self, k: int, calls: list[Call], carried: list[int], settlements: list[list[Any]],
                             pending: dict[int, list[int]], settled: list[Any],
                             hints: dict[int, bool]) -> list[tuple[int, dict[str, Any]]]:
-        """Receive up to `count` messages from partition `k`, carrying the settlements at `carried`;
-        a partition that does not answer gives nothing (its settlements go back to `pending`)."""
-        calls: list[Call] = []
-        if carried:
-            calls.append(("settle", (entity, subq, [settlements[i] for i in carried], session_args)))
-        calls.append(("receive", (entity, subq, count, mode, session_args, seen)))
+        """One round's call to partition `k`; a partition that does not answer gives nothing (its
+        settlements go back to `pending`)."""
         try:
             replies = await self.call(k, calls)
         except PartitionUnavailable:
@@ -375,12 +430,7 @@ class Router:
             if carried:
                 pending[k] = carried
             return []
-        if carried:
-            for i, result in zip(carried, replies[0]):
-                settled[i] = result
-        reply = replies[-1]
-        hints[k] = bool(reply["more"]) or any(settlements[i][0] in _RELEASING for i in carried)
-        return [(k, r) for r in reply["messages"]]
+        return self.received(k, replies, carried, settlements, settled, hints)
 
     def _settle_groups(self, definition: dict[str, Any], subq: int, session: Session | None,
                        ops: list[list[Any]], pending: dict[int, list[int]], results: list[Any],
@@ -401,13 +451,14 @@ class Router:
     async def _settle_on(self, k: int, definition: dict[str, Any], subq: int, session: Session | None,
                          ops: list[list[Any]], deadline: float) -> list[Any]:
         name = definition["name"]
-        replies = await self.keyed(k, "settle", name, subq, ops, _session_args(session), deadline=deadline,
+        replies = await self.keyed(k, "settle", name, subq, ops, session_args(session), deadline=deadline,
                                    entity=name)
         if any(op[0] in _RELEASING for op in ops):
             self._hint(definition, subq, None if session is None else session["session_id"], k, True)
         return replies  # type: ignore[no-any-return]
 
-    def _receiver(self, receiver_id: str, entity: str, subq: int) -> ReceiverState:
+    def receiver(self, receiver_id: str, entity: str, subq: int) -> ReceiverState:
+        """A receiver's state (made on its first receive)."""
         state = self._receivers.get(receiver_id)
         if state is None:
             state = self._receivers[receiver_id] = ReceiverState(entity=entity, subq=subq)
@@ -549,7 +600,7 @@ class Router:
                                            None if session is None else session["partition"])
         replies = await asyncio.gather(*(
             self.keyed(k, "receive_deferred", entity, subq, [sequence_numbers[i] for i in idx], mode,
-                       _session_args(session), deadline=deadline, entity=entity) for k, idx in groups.items()))
+                       session_args(session), deadline=deadline, entity=entity) for k, idx in groups.items()))
         by_seq = {r["sequence_number"]: dict(r, partition=k) for k, rs in zip(groups, replies) for r in rs}
         return [by_seq[s] for s in dict.fromkeys(sequence_numbers) if s in by_seq]
 

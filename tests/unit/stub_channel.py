@@ -13,7 +13,7 @@ from typing import Any, Sequence
 from ray_broker.clock import ManualClock
 from ray_broker.engine.partition import PartitionEngine
 from ray_broker.engine.store import Store
-from ray_broker.routing.channel import Call, PartitionUnavailable
+from ray_broker.routing.channel import Call, PartitionUnavailable, Request
 
 WAKING = {"send", "settle", "update_entity", "release_session"}
 
@@ -43,6 +43,18 @@ class StubChannel:
 
     async def call(self, index: int, calls: Sequence[Call], timeout: float) -> list[Any]:
         await asyncio.sleep(0)
+        return self._run(index, calls)
+
+    def call_now(self, requests: Sequence[Request], timeout: float) -> list[list[Any] | BaseException]:
+        outcomes: list[list[Any] | BaseException] = []
+        for index, calls in requests:
+            try:
+                outcomes.append(self._run(index, calls))
+            except Exception as exc:  # noqa: BLE001 - each request reports its own outcome, as the Ray channel's
+                outcomes.append(exc)
+        return outcomes
+
+    def _run(self, index: int, calls: Sequence[Call]) -> list[Any]:
         self._check(index)
         results = []
         for operation, args in calls:

@@ -1,0 +1,135 @@
+"""The router's hot path on the caller's thread (`routing.immediate`), over real engines and the
+stub channel: what one round serves, and what it hands back to the router untouched or in part."""
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from ray_broker import Message
+from ray_broker.errors import MessagingEntityNotFoundError
+from ray_broker.protocol import MAIN, PEEK_LOCK
+from ray_broker.routing.immediate import receive_now, send_now
+from ray_broker.routing.planner import spread_start, unkeyed_tag
+
+from .test_router import PARTITIONS, Setup, envelopes, key_for
+
+TAG = ("sender-1", 0)
+
+
+async def ready(setup: Setup, name: str = "q", **options: Any) -> Setup:
+    """An entity created on every engine and its definition in the router's cache."""
+    setup.create(name, **options)
+    await setup.router.definition(name)
+    return setup
+
+
+def know_only(setup: Setup, partition: int) -> None:
+    """Tell the router that `partition` alone holds messages of "q"."""
+    hints = setup.router.hints(setup.router.cached_definition("q"), MAIN, None)  # type: ignore[arg-type]
+    hints.update({k: k == partition for k in range(PARTITIONS)})
+
+
+def completes(reply: dict[str, Any]) -> list[list[Any]]:
+    return [["complete", m["sequence_number"], m["lock_token"], None, None] for m in reply["messages"]]
+
+
+async def test_an_unkeyed_tagged_batch_goes_in_one_call_where_the_router_would_send_it() -> None:
+    setup = await ready(Setup())
+    seqs = send_now(setup.router, "q", envelopes(*[Message(str(i)) for i in range(5)]), 5.0, TAG)
+    start = spread_start(TAG, PARTITIONS)
+    assert seqs is not None and len(seqs) == 5
+    assert setup.counts()[start] == 5 and sum(setup.counts()) == 5
+    assert setup.channel.calls[(start, "send")] == 1
+
+
+async def test_a_retry_through_the_router_after_a_lost_reply_stores_nothing_twice() -> None:
+    setup = await ready(Setup())
+    start = spread_start(TAG, PARTITIONS)
+    setup.channel.lost_replies.add(start)
+    batch = envelopes(*[Message(str(i)) for i in range(3)])
+    assert send_now(setup.router, "q", batch, 5.0, TAG) is None, "the lost reply hands the send back"
+    seqs = await setup.router.send("q", batch, 5.0, TAG)
+    assert setup.counts() == [3 if k == start else 0 for k in range(PARTITIONS)]
+    assert sorted(seqs) == seqs and len(set(seqs)) == 3  # type: ignore[type-var]
+
+
+async def test_sends_it_cannot_make_in_one_call_are_handed_back_untouched() -> None:
+    setup = Setup()
+    setup.create()
+    assert send_now(setup.router, "q", envelopes(Message("a")), 5.0, TAG) is None, "no cached definition"
+    await setup.router.definition("q")
+    assert send_now(setup.router, "q", envelopes(Message("a")), 5.0, None) is None, "untagged"
+    split = envelopes(Message("a", partition_key=key_for(0)), Message("b", partition_key=key_for(1)))
+    assert send_now(setup.router, "q", split, 5.0, TAG) is None, "two partitions"
+    setup.channel.down.add(spread_start(TAG, PARTITIONS))
+    assert send_now(setup.router, "q", envelopes(Message("a")), 5.0, TAG) is None, "its partition is down"
+    assert sum(setup.counts()) == 0 and not any(op == "send" for _, op in setup.channel.calls)
+
+
+async def test_a_keyed_batch_goes_to_its_partition_under_the_senders_own_tag() -> None:
+    setup = await ready(Setup())
+    seqs = send_now(setup.router, "q", envelopes(*[Message(str(i), partition_key=key_for(2)) for i in range(4)]),
+                    5.0, TAG)
+    assert seqs is not None and setup.counts() == [0, 0, 4, 0]
+    assert unkeyed_tag(TAG) != TAG
+
+
+async def test_engine_errors_are_raised_at_once() -> None:
+    setup = await ready(Setup())
+    for engine in setup.channel.engines:
+        engine.delete_entity("q")
+    with pytest.raises(MessagingEntityNotFoundError):
+        send_now(setup.router, "q", envelopes(Message("a")), 5.0, TAG)
+
+
+async def test_a_receive_takes_what_a_known_partition_holds_and_carries_the_settlements() -> None:
+    setup = await ready(Setup())
+    first = send_now(setup.router, "q", envelopes(*[Message(str(i)) for i in range(10)]), 5.0, TAG)
+    assert first is not None
+    know_only(setup, spread_start(TAG, PARTITIONS))
+    done = receive_now(setup.router, "r1", "q", MAIN, PEEK_LOCK, None, 10, 0, [])
+    assert done is not None and done.complete and len(done.reply["messages"]) == 10
+    second = send_now(setup.router, "q", envelopes(*[Message(str(i)) for i in range(4)]), 5.0, ("sender-1", 1))
+    assert second is not None
+    again = receive_now(setup.router, "r1", "q", MAIN, PEEK_LOCK, None, 10, 0, completes(done.reply))
+    assert again is not None and again.complete
+    assert len(again.reply["messages"]) == 4 and again.reply["settled"] == [None] * 10
+    assert setup.counts()[spread_start(TAG, PARTITIONS)] == 0, "the ten were completed"
+
+
+async def test_a_receive_with_nothing_known_is_handed_back_untouched() -> None:
+    setup = await ready(Setup())
+    hints = setup.router.hints(setup.router.cached_definition("q"), MAIN, None)  # type: ignore[arg-type]
+    hints.update(dict.fromkeys(range(PARTITIONS), False))
+    assert receive_now(setup.router, "r1", "q", MAIN, PEEK_LOCK, None, 5, 0, []) is None
+    assert not any(op == "receive" for _, op in setup.channel.calls)
+
+
+async def test_a_round_that_finds_nothing_leaves_the_rest_to_the_router() -> None:
+    setup = await ready(Setup())
+    done = receive_now(setup.router, "r1", "q", MAIN, PEEK_LOCK, None, 5, 0, [])
+    assert done is not None and not done.complete and done.reply["messages"] == []
+    assert receive_now(setup.router, "r1", "q", MAIN, PEEK_LOCK, None, 5, 0, []) is None, "now known empty"
+
+
+async def test_settlements_for_a_partition_that_does_not_answer_are_left_for_the_router() -> None:
+    setup = await ready(Setup())
+    start = spread_start(TAG, PARTITIONS)
+    assert send_now(setup.router, "q", envelopes(*[Message(str(i)) for i in range(3)]), 5.0, TAG) is not None
+    know_only(setup, start)
+    got = receive_now(setup.router, "r1", "q", MAIN, PEEK_LOCK, None, 3, 0, [])
+    assert got is not None and len(got.reply["messages"]) == 3
+    other = send_now(setup.router, "q", envelopes(Message("x")), 5.0, ("sender-1", 1))
+    assert other is not None
+    know_only(setup, (start + 1) % PARTITIONS)
+    setup.channel.down.add(start)
+    done = receive_now(setup.router, "r1", "q", MAIN, PEEK_LOCK, None, 3, 0, completes(got.reply))
+    assert done is not None and not done.complete and done.rest == [0, 1, 2]
+    assert [m["partition"] for m in done.reply["messages"]] == [(start + 1) % PARTITIONS]
+    setup.channel.down.discard(start)
+    later = await setup.router.receive("r1", "q", MAIN, PEEK_LOCK, None, 0, 0.0, 0,
+                                       [completes(got.reply)[i] for i in done.rest])
+    merged = done.merged(later)
+    assert merged["settled"] == [None, None, None] and setup.counts()[start] == 0
+    assert len(merged["messages"]) == 1
