@@ -29,7 +29,7 @@ def partition_actor(config: NamespaceConfig, index: int) -> Any:
     """Get partition `index`, creating it (from its store) if it does not exist."""
     return PartitionActor.options(
         name=config.partition_name(index), namespace=RAY_NAMESPACE, lifetime="detached", get_if_exists=True,
-        max_restarts=-1, max_task_retries=0, num_cpus=0, max_concurrency=1000, **_placement(config, index),
+        max_restarts=-1, max_task_retries=0, num_cpus=0, **_placement(config, index),
     ).remote(config.to_dict(), index)
 
 

@@ -1,14 +1,22 @@
-"""The partition actor: one `PartitionEngine` and its store, behind an asyncio actor.
+"""The partition actor: one `PartitionEngine` and its store, behind a threaded actor.
 
 Thin by design: it forwards operations to the engine, wakes waiting receivers when messages may
-have become available, runs housekeeping (scheduled messages, expiry) on a timer, and, once an
-entity here auto-forwards, a forwarder task that sends the outbox on through a router of its own.
-Engine calls are synchronous, so operations from one caller run in the order they were sent.
+have become available, runs housekeeping (scheduled messages, expiry) on a thread of its own,
+and, once an entity here auto-forwards, a forwarder thread that sends the outbox on through a
+router of its own.
+
+Data operations run one at a time, in the order each caller sent them, on Ray's default group
+(a call to a synchronous actor method costs less than one to an asyncio method: no hand-off
+to the actor's event loop). Waiting receives
+park in the `waits` concurrency group, one thread each, on a condition that every operation that
+may make messages available notifies. One lock serializes every use of the engine.
 """
 from __future__ import annotations
 
 import asyncio
 import os
+import threading
+import time
 from typing import Any, Callable
 
 import ray
@@ -18,12 +26,15 @@ from ray_broker.config import NODE_DATA_DIR_ENV, RAY_NAMESPACE, NamespaceConfig
 from ray_broker.engine.partition import PartitionEngine
 from ray_broker.engine.store import Store
 from ray_broker.routing.forwarding import Forwarder
+from ray_broker.routing.health import BACKOFF
 from ray_broker.routing.ray_channel import RayChannel, TableHandles
 from ray_broker.routing.router import Router
 from ray_broker.sku import get_sku
-from ray_broker.routing.health import BACKOFF
 
 HOUSEKEEPING_INTERVAL_S = 0.25
+WAIT_THREADS = 128
+"""Waiting receives one partition serves at once (one thread each); more wait in Ray's queue
+until one ends (at most `WATCH_TIMEOUT_S` later)."""
 FORWARD_IDLE_S = 1.0
 """How often the forwarder looks at the outbox when nothing woke it."""
 STORE_TAKEOVER_WAIT_S = 30.0
@@ -67,7 +78,76 @@ class _Gateway:
         return await asyncio.wait_for(gateway.call.remote(operation, *args), timeout)
 
 
-@ray.remote
+class _LockedOutbox:
+    """The engine's outbox as the forwarder thread uses it: every call under the partition's lock."""
+
+    def __init__(self, engine: PartitionEngine, lock: threading.RLock) -> None:
+        self._engine = engine
+        self._lock = lock
+
+    def forwards(self) -> bool:
+        with self._lock:
+            return self._engine.forwards()
+
+    def take_transfer(self, limit: int) -> dict[str, Any] | None:
+        with self._lock:
+            return self._engine.take_transfer(limit)
+
+    def transfer_done(self, transfer_id: int) -> None:
+        with self._lock:
+            self._engine.transfer_done(transfer_id)
+
+    def transfer_failed(self, transfer_id: int, reason: str, description: str) -> None:
+        with self._lock:
+            self._engine.transfer_failed(transfer_id, reason, description)
+
+
+class _ForwardThread(threading.Thread):
+    """Forwards partition `index`'s outbox whenever something may have joined it (and every
+    `FORWARD_IDLE_S`), backing off while a destination is unavailable: an event loop of its own
+    running a router of its own."""
+
+    def __init__(self, config: NamespaceConfig, index: int, outbox: _LockedOutbox) -> None:
+        super().__init__(name="forwarder", daemon=True)
+        self._config = config
+        self._index = index
+        self._outbox = outbox
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wake: asyncio.Event | None = None
+
+    def run(self) -> None:
+        asyncio.run(self._forward())
+
+    def wake(self) -> None:
+        """Look at the outbox now (callable from any thread)."""
+        loop, wake = self._loop, self._wake
+        if loop is not None and wake is not None:
+            loop.call_soon_threadsafe(wake.set)
+
+    async def _forward(self) -> None:
+        self._loop, self._wake = asyncio.get_running_loop(), asyncio.Event()
+        config = self._config
+        handles = TableHandles(_Gateway(config, self._index % config.gateways))
+        router = Router(config.name, RayChannel(config.partition_count, handles), get_sku(config.sku))
+        forwarder = Forwarder(self._index, self._outbox, router)
+        attempt = 0
+        while True:
+            self._wake.clear()
+            try:
+                await handles.load()
+                await forwarder.forward_pending()
+                attempt = 0
+            except Exception:  # noqa: BLE001 - the batch stays in the outbox; retried after a back-off
+                await asyncio.sleep(BACKOFF.delay(attempt))
+                attempt += 1
+                continue
+            try:
+                await asyncio.wait_for(self._wake.wait(), FORWARD_IDLE_S)
+            except asyncio.TimeoutError:
+                pass
+
+
+@ray.remote(concurrency_groups={"waits": WAIT_THREADS})
 class PartitionActor:
     """Partition `index` of a namespace; its store is reopened whenever Ray restarts it.
 
@@ -87,80 +167,56 @@ class PartitionActor:
                       takeover_wait_s=STORE_TAKEOVER_WAIT_S, partition=index)
         self.engine = PartitionEngine(index, namespace.partition_count, store)
         self.metrics = PartitionMetrics(namespace.name, index, namespace.partition_count, self.engine)
-        self._wake: asyncio.Event | None = None
-        self._waiting: dict[str, asyncio.Event] = {}
-        """Receivers with a `receive_waiting` under way here, each with the event that ends it."""
-        self._housekeeper: asyncio.Task[None] | None = None
-        self._forwarder: asyncio.Task[None] | None = None
-        self._forward_wake = asyncio.Event()
-
-    def _event(self) -> asyncio.Event:
-        if self._wake is None:
-            self._wake = asyncio.Event()
-            self._housekeeper = asyncio.get_running_loop().create_task(self._housekeeping_loop())
-        return self._wake
+        self._lock = threading.RLock()
+        self._changed = threading.Condition(self._lock)
+        """Notified whenever messages may have become available."""
+        self._waiting: dict[str, int] = {}
+        """Receivers with `receive_waiting` calls under way here, and how many."""
+        self._ended: set[str] = set()
+        """Receivers whose waiting receives are to end now (they are closing)."""
+        self._forwarder: _ForwardThread | None = None
+        threading.Thread(target=self._housekeeping_loop, name="housekeeping", daemon=True).start()
 
     def _notify(self) -> None:
-        event = self._event()
-        self._wake = asyncio.Event()
-        event.set()
-        self._forward_wake.set()
+        """Wake waiting receives and the forwarder (the caller holds the lock)."""
+        self._changed.notify_all()
+        if self._forwarder is not None:
+            self._forwarder.wake()
 
-    async def _housekeeping_loop(self) -> None:
+    def _housekeeping_loop(self) -> None:
         while True:
-            await asyncio.sleep(HOUSEKEEPING_INTERVAL_S)
+            time.sleep(HOUSEKEEPING_INTERVAL_S)
             try:
-                if self._forwarder is None and self.engine.forwards():
-                    self._forwarder = asyncio.get_running_loop().create_task(self._forward_loop())
-                if self.metrics.run("housekeeping", self.engine.housekeeping):
-                    self._notify()
-                if self.metrics.tick():
-                    self._notify()
+                with self._lock:
+                    if self._forwarder is None and self.engine.forwards():
+                        self._forwarder = _ForwardThread(self.config, self.index, _LockedOutbox(self.engine, self._lock))
+                        self._forwarder.start()
+                    changed = self.metrics.run("housekeeping", self.engine.housekeeping)
+                    if self.metrics.tick() or changed:
+                        self._notify()
             except Exception:  # noqa: BLE001 - housekeeping must keep running; the next round retries
                 continue
 
-    async def _forward_loop(self) -> None:
-        """Forward the outbox whenever something may have joined it (and every `FORWARD_IDLE_S`),
-        backing off while a destination is unavailable."""
-        handles = TableHandles(_Gateway(self.config, self.index % self.config.gateways))
-        router = Router(self.namespace, RayChannel(self.config.partition_count, handles), get_sku(self.config.sku))
-        forwarder = Forwarder(self.index, self.engine, router)
-        attempt = 0
-        while True:
-            self._forward_wake.clear()
-            try:
-                await handles.load()
-                await forwarder.forward_pending()
-                attempt = 0
-            except Exception:  # noqa: BLE001 - the batch stays in the outbox; retried after a back-off
-                await asyncio.sleep(BACKOFF.delay(attempt))
-                attempt += 1
-                continue
-            try:
-                await asyncio.wait_for(self._forward_wake.wait(), FORWARD_IDLE_S)
-            except asyncio.TimeoutError:
-                pass
-
-    async def run(self, operation: str, *args: Any, **kwargs: Any) -> Any:
+    def run(self, operation: str, *args: Any, **kwargs: Any) -> Any:
         """Invoke an engine operation by name."""
         wakes = OPERATIONS.get(operation)
         if wakes is None:
             raise AttributeError(f"partition has no operation {operation!r}")
-        self._event()
-        result = self.metrics.run(operation, getattr(self.engine, operation), *args, **kwargs)
-        if wakes:
-            self._notify()
+        with self._lock:
+            result = self.metrics.run(operation, getattr(self.engine, operation), *args, **kwargs)
+            if wakes:
+                self._notify()
         return result
 
-    async def run_batch(self, calls: list[tuple[str, tuple[Any, ...]]]) -> list[Any]:
+    def run_batch(self, calls: list[tuple[str, tuple[Any, ...]]]) -> list[Any]:
         """Invoke several engine operations in one call and one store commit, in order; results in
         the same order. An operation that raises ends the batch: those before it stay applied."""
         results: list[Any] = []
         failure: Exception | None = None
-        with self.engine.unit_of_work():
+        with self._lock, self.engine.unit_of_work():
             for operation, args in calls:
                 try:
-                    results.append(await self.run(operation, *args))
+                    results.append(self.run(operation, *args))
                 except Exception as exc:  # noqa: BLE001 - re-raised once the operations before it are committed
                     failure = exc
                     break
@@ -168,65 +224,69 @@ class PartitionActor:
             raise failure
         return results
 
-    async def wait_available(self, entity: str, subq: int, session_id: str | None = None,
-                             free_session: bool = False, timeout: float = 5.0) -> bool:
+    @ray.method(concurrency_group="waits")
+    def wait_available(self, entity: str, subq: int, session_id: str | None = None,
+                       free_session: bool = False, timeout: float = 5.0) -> bool:
         """Return True as soon as a receive could get a message, or False after `timeout` seconds."""
-        return await self._wait(lambda: self.engine.has_available(entity, subq, session_id, free_session) or None,
-                                timeout) is not None
+        return self._wait(lambda: self.engine.has_available(entity, subq, session_id, free_session) or None,
+                          timeout) is not None
 
-    async def receive_waiting(self, receiver_id: str, entity: str, subq: int, max_count: int, mode: str,
-                              session: tuple[str, bytes] | None, seen: int | None, timeout: float) -> dict[str, Any]:
+    @ray.method(concurrency_group="waits")
+    def receive_waiting(self, receiver_id: str, entity: str, subq: int, max_count: int, mode: str,
+                        session: tuple[str, bytes] | None, seen: int | None, timeout: float) -> dict[str, Any]:
         """A receive that waits: as soon as messages are available, lock up to `max_count` of them
         for the caller and return them (the wake-up carries the messages). Returns an empty reply
         after `timeout`, or at once when `end_waits(receiver_id)` is called."""
         session_id = None if session is None else session[0]
-        ended = self._waiting[receiver_id] = asyncio.Event()
+        empty: dict[str, Any] = {"messages": [], "more": False}
 
         def ready() -> dict[str, Any] | None:
-            if ended.is_set():
-                return {"messages": [], "more": False}
+            if receiver_id in self._ended:
+                return empty
             if not self.engine.has_available(entity, subq, session_id):
                 return None
             reply: dict[str, Any] = self.metrics.run("receive", self.engine.receive, entity, subq, max_count, mode,
                                                      session, seen)
             return reply if reply["messages"] else None
 
+        with self._lock:
+            self._waiting[receiver_id] = self._waiting.get(receiver_id, 0) + 1
         try:
-            reply = await self._wait(ready, timeout)
+            reply = self._wait(ready, timeout)
         finally:
-            if self._waiting.get(receiver_id) is ended:
-                del self._waiting[receiver_id]
-        return reply if reply is not None else {"messages": [], "more": False}
+            with self._lock:
+                left = self._waiting.pop(receiver_id) - 1
+                if left:
+                    self._waiting[receiver_id] = left
+                else:
+                    self._ended.discard(receiver_id)
+        return reply if reply is not None else empty
 
-    async def end_waits(self, receiver_id: str) -> None:
+    def end_waits(self, receiver_id: str) -> None:
         """End the `receive_waiting` of `receiver_id` now, if one is under way (its receiver is closing)."""
-        waiting = self._waiting.get(receiver_id)
-        if waiting is not None:
-            waiting.set()
-            self._notify()
+        with self._lock:
+            if receiver_id in self._waiting:
+                self._ended.add(receiver_id)
+                self._notify()
 
-    async def _wait(self, check: Callable[[], Any], timeout: float) -> Any:
-        """Run `check` now and after every wake-up until it returns something other than None, or
-        `timeout` seconds pass (then one last check)."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while True:
-            event = self._event()
-            result = check()
-            if result is not None:
-                return result
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                return None
-            try:
-                await asyncio.wait_for(event.wait(), remaining)
-            except asyncio.TimeoutError:
-                return check()
+    def _wait(self, check: Callable[[], Any], timeout: float) -> Any:
+        """Run `check` (under the lock) now and after every wake-up until it returns something
+        other than None, or `timeout` seconds pass (then one last check)."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while True:
+                result = check()
+                if result is not None:
+                    return result
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return None
+                self._changed.wait(remaining)
 
-    async def pid(self) -> int:
+    def pid(self) -> int:
         """The process id (for operators and failure tests)."""
         return os.getpid()
 
-    async def node(self) -> str:
+    def node(self) -> str:
         """The id of the Ray node this partition runs on (for operators and failure tests)."""
         return str(ray.get_runtime_context().get_node_id())
