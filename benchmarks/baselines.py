@@ -1,7 +1,10 @@
 """Peers measured in the same run as the broker: a raw Ray actor call, `ray.util.queue`, Redis Streams.
 
 - Raw actor: one call carrying the same payload is the per-hop limit of anything built on Ray
-  actors; the broker's send and receive paths each take two such hops (client, gateway, partition).
+  actors; the broker's send and receive are one such hop each (client to partition).
+- Durable floor: the same two calls to an actor that keeps the payloads in SQLite with the
+  broker's pragmas (WAL, one commit per call: insert the batch; delete the previous batch and
+  select the next), the least any broker on Ray actors with a durable store does per cycle.
 - `ray.util.queue.Queue`: `put_nowait_batch` then `get_nowait_batch`, the Ray-native queue cycle
   (in memory, no locks, no acknowledgement): the P1 target is a ratio against it.
 - Redis Streams on a local redis-server started here on 127.0.0.1 (AOF on, fsync every second:
@@ -15,10 +18,11 @@ import contextlib
 import os
 import shutil
 import socket
+import sqlite3
 import subprocess
 import tempfile
 import time
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import ray
 from ray.util.queue import Empty, Queue
@@ -36,6 +40,16 @@ def cycle_result(count: int, seconds: float, clock: PhaseClock, batches: int) ->
     """The figures of a timed send/receive cycle."""
     return {"messages": count, "seconds": round(seconds, 4), "msgs_per_s": round(rate(count, seconds), 1),
             "ms_per_batch": clock.per(batches)}
+
+
+def lockstep(batches: int, warmup: int, step: Callable[[PhaseClock], None]) -> tuple[PhaseClock, float]:
+    """Run `step` `warmup` + `batches` times; the clock and the seconds of the last `batches`."""
+    clock, start = PhaseClock(), time.perf_counter()
+    for i in range(warmup + batches):
+        if i == warmup:
+            clock, start = PhaseClock(), time.perf_counter()
+        step(clock)
+    return clock, time.perf_counter() - start
 
 
 # ---------------------------------------------------------------------- raw actor
@@ -74,15 +88,14 @@ class RawActorBaseline:
 
     def cycle(self, bodies: list[bytes], batches: int, warmup: int) -> dict[str, Any]:
         """`put` (payload in the request) and `get` (payload in the reply) per batch."""
-        clock, start = PhaseClock(), time.perf_counter()
-        for i in range(warmup + batches):
-            if i == warmup:
-                clock, start = PhaseClock(), time.perf_counter()
+        def step(clock: PhaseClock) -> None:
             with clock("put"):
                 ray.get(self.actor.put.remote(bodies))
             with clock("get"):
                 ray.get(self.actor.get.remote(len(bodies)))
-        result = cycle_result(len(bodies) * batches, time.perf_counter() - start, clock, batches)
+
+        clock, seconds = lockstep(batches, warmup, step)
+        result = cycle_result(len(bodies) * batches, seconds, clock, batches)
         result["hop_msgs_per_s"] = round(rate(len(bodies) * batches, clock.totals["put"]), 1)
         return result
 
@@ -95,6 +108,67 @@ class RawActorBaseline:
             if i >= warmup:
                 out.append(time.perf_counter() - start)
         return out
+
+
+# ---------------------------------------------------------------------- durable floor
+
+@ray.remote(num_cpus=0)
+class SqliteQueueActor:
+    """The least a durable queue actor does: a table of (sequence number, payload) in SQLite, WAL,
+    `synchronous` as the broker's durability, one transaction per call."""
+
+    def __init__(self, directory: str, synchronous: str) -> None:
+        self.db = sqlite3.connect(os.path.join(directory, "floor.db"), isolation_level=None)
+        for pragma in ("journal_mode=WAL", f"synchronous={synchronous}", "cache_size=-16000", "temp_store=MEMORY"):
+            self.db.execute("PRAGMA " + pragma)
+        self.db.execute("CREATE TABLE IF NOT EXISTS messages (seq INTEGER PRIMARY KEY, payload BLOB NOT NULL)")
+        self.next_seq = 1
+
+    def put(self, items: list[bytes]) -> int:
+        """Store `items` in one transaction; return how many."""
+        first, self.next_seq = self.next_seq, self.next_seq + len(items)
+        self.db.execute("BEGIN IMMEDIATE")
+        self.db.executemany("INSERT INTO messages (seq, payload) VALUES (?, ?)",
+                            [(first + i, item) for i, item in enumerate(items)])
+        self.db.execute("COMMIT")
+        return len(items)
+
+    def get(self, count: int, done: list[int]) -> list[tuple[int, bytes]]:
+        """Delete the messages `done` and hand out the next `count`, in one transaction."""
+        self.db.execute("BEGIN IMMEDIATE")
+        self.db.executemany("DELETE FROM messages WHERE seq = ?", [(seq,) for seq in done])
+        rows = self.db.execute("SELECT seq, payload FROM messages ORDER BY seq LIMIT ?", (count,)).fetchall()
+        self.db.execute("COMMIT")
+        return rows
+
+
+class DurableFloorBaseline:
+    """Two calls per batch to an actor with a durable SQLite store: the floor of a durable broker."""
+
+    def __init__(self, durability: str) -> None:
+        self.directory = tempfile.mkdtemp(prefix="rb-floor-")
+        self.actor = SqliteQueueActor.remote(self.directory, "FULL" if durability == "fsync" else "NORMAL")
+        ray.get(self.actor.put.remote([]), timeout=120)
+
+    def close(self) -> None:
+        """Kill the actor and remove its store."""
+        ray.kill(self.actor)
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def cycle(self, bodies: list[bytes], batches: int, warmup: int) -> dict[str, Any]:
+        """`put` the batch, then `get` it back carrying the previous batch's completions."""
+        done: list[int] = []
+
+        def step(clock: PhaseClock) -> None:
+            with clock("put"):
+                ray.get(self.actor.put.remote(bodies))
+            with clock("get"):
+                rows = ray.get(self.actor.get.remote(len(bodies), done))
+            done[:] = [seq for seq, _ in rows]
+
+        clock, seconds = lockstep(batches, warmup, step)
+        ray.get(self.actor.get.remote(0, done))
+        return cycle_result(len(bodies) * batches, seconds, clock, batches)
 
 
 # ---------------------------------------------------------------------- ray.util.queue

@@ -18,7 +18,15 @@ from typing import Any, Callable
 
 import ray_broker as rb
 
-from .baselines import RawActorBaseline, RayQueueBaseline, RedisBaseline, cycle_result, distinct_bodies, redis_server
+from .baselines import (
+    DurableFloorBaseline,
+    RawActorBaseline,
+    RayQueueBaseline,
+    RedisBaseline,
+    cycle_result,
+    distinct_bodies,
+    redis_server,
+)
 from .common import (
     PhaseClock,
     broker_namespace,
@@ -89,11 +97,12 @@ def run(config: P1Config) -> dict[str, Any]:
             broker_namespace("p1", durability=config.durability) as ns:
         ns.create_queue(QUEUES["partitioned_16"], enable_partitioning=True)
         ns.create_queue(QUEUES["non_partitioned_1"])
-        raw, ray_queue = RawActorBaseline(), RayQueueBaseline()
+        raw, ray_queue, floor = RawActorBaseline(), RayQueueBaseline(), DurableFloorBaseline(config.durability)
         redis = None if redis_client is None else RedisBaseline(redis_client, "p1")
         systems: dict[str, Callable[[], dict[str, Any]]] = {
             "ray_queue": lambda: ray_queue.cycle(bodies, **sizes),
             "raw_actor": lambda: raw.cycle(bodies, **sizes),
+            "durable_floor": lambda: floor.cycle(bodies, **sizes),
             **({} if redis is None else {"redis_streams": lambda: redis.cycle(bodies, **sizes)}),
             **{name: (lambda q=q: broker_cycle(ns, q, body, batch_size=config.batch_size, max_wait=config.max_wait,
                                                **sizes)) for name, q in QUEUES.items()},
@@ -106,6 +115,7 @@ def run(config: P1Config) -> dict[str, Any]:
         finally:
             raw.close()
             ray_queue.close()
+            floor.close()
     results = {name: _summary(runs) for name, runs in rounds.items()}
     rates = {name: r["msgs_per_s"] for name, r in results.items()}
     ratios = {
@@ -115,6 +125,9 @@ def run(config: P1Config) -> dict[str, Any]:
         "partitioned_16_vs_raw_actor_cycle": ratio(rates["partitioned_16"], rates["raw_actor"]),
         "partitioned_16_vs_redis_streams": ratio(rates["partitioned_16"], rates.get("redis_streams")),
         "ray_queue_vs_raw_actor_cycle": ratio(rates["ray_queue"], rates["raw_actor"]),
+        "durable_floor_vs_ray_queue": ratio(rates["durable_floor"], rates["ray_queue"]),
+        "partitioned_16_vs_durable_floor": ratio(rates["partitioned_16"], rates["durable_floor"]),
+        "non_partitioned_1_vs_durable_floor": ratio(rates["non_partitioned_1"], rates["durable_floor"]),
     }
     return {
         "benchmark": "p1_throughput",

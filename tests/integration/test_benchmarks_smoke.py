@@ -36,7 +36,7 @@ def test_suite_main_prints_one_json_document_with_p1_p3_and_the_engine(ray_insta
     doc = well_formed(json.loads(captured.out), "suite")
     assert "P1 throughput" in captured.err and "P3 latency" in captured.err
     p1, p3 = well_formed(doc["p1"], "p1_throughput"), well_formed(doc["p3"], "p3_latency")
-    assert set(p1["results"]) == {"ray_queue", "raw_actor", "partitioned_16", "non_partitioned_1"}
+    assert set(p1["results"]) == {"ray_queue", "raw_actor", "durable_floor", "partitioned_16", "non_partitioned_1"}
     assert all(r["msgs_per_s"] > 0 for r in p1["results"].values())
     assert p1["messages_left_after_run"] == {"partitioned_16": 0, "non_partitioned_1": 0}
     assert set(p3["results"]) == {"raw_actor_round_trip", "partitioned_16", "non_partitioned_1", "ray_queue"}
