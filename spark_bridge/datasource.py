@@ -13,7 +13,7 @@ from ray_broker.routing import make_sequence_number, partition_of
 from .entity import Entity, check_count, check_mode, entity_to_read
 from .rows import READ_SCHEMA, SPLIT_SCHEMA, split_properties, table_from_messages
 
-RECEIVE_PAGE = 2000
+RECEIVE_PAGE = 8000
 """Messages asked for in one receive call; each answer becomes one block."""
 RECEIVE_TASKS = 4
 """The most read tasks in "receive" mode: every receiver takes messages from every partition, so
