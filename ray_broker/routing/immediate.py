@@ -19,7 +19,7 @@ from typing import Any
 
 from . import planner
 from .channel import PartitionUnavailable
-from .router import ATTEMPT_TIMEOUT_S, Router, Session, receive_reply, session_args
+from .router import ATTEMPT_TIMEOUT_S, Router, Session, receive_reply, settle_call
 
 
 def send_now(router: Router, entity: str, envelopes: list[dict[str, Any]], timeout: float,
@@ -88,16 +88,14 @@ def receive_now(router: Router, receiver_id: str, entity: str, subq: int, mode: 
     session_id = None if session is None else session["session_id"]
     hosts = router.receive_hosts(definition, session)
     hints = router.hints(definition, subq, session_id)
-    pending = planner.group_by_sequence(definition, [op[1] for op in settlements], router.count,
-                                        None if session is None else session["partition"])
+    pending = router.settlement_groups(definition, session, settlements)
     if not state.cache and not any(hints.get(k, True) for k in hosts):
         return None
     out = state.take(max_count, time.time())
     chosen = router.choose(hosts, hints, pending, max_count - len(out)) if len(out) < max_count else []
     requests = router.receive_requests(state, entity, subq, mode, session, chosen, max_count - len(out), prefetch,
                                        settlements, pending) if chosen else []
-    settle_only = [(k, [("settle", (entity, subq, [settlements[i] for i in idx], session_args(session)))], idx)
-                   for k, idx in pending.items()]
+    settle_only = [(k, [settle_call(entity, subq, settlements, idx, session)], idx) for k, idx in pending.items()]
     outcomes = router.channel.call_now([(k, calls) for k, calls, _ in requests + settle_only], ATTEMPT_TIMEOUT_S)
     settled: list[Any] = [None] * len(settlements)
     rest: list[int] = []

@@ -105,10 +105,14 @@ class RayChannel:
             except RayTaskError as exc:
                 outcomes.append(unwrap_remote_error(exc))
             except (ActorUnavailableError, RayActorError, GetTimeoutError) as exc:
-                if isinstance(exc, GetTimeoutError):
-                    ray.cancel(ref)
-                outcomes.append(PartitionUnavailable(index, type(exc).__name__))
+                outcomes.append(self._unavailable(index, ref, exc))
         return outcomes
+
+    @staticmethod
+    def _unavailable(index: int, ref: Any, exc: BaseException) -> PartitionUnavailable:
+        """A call that got no answer: cancelled, and reported as its partition being unavailable."""
+        ray.cancel(ref)
+        return PartitionUnavailable(index, type(exc).__name__)
 
     async def wait_available(self, index: int, entity: str, subq: int, session_id: str | None, free_session: bool,
                              timeout: float) -> bool:
@@ -137,5 +141,4 @@ class RayChannel:
             await self.source.replace(index)
             raise PartitionUnavailable(index, f"its actor died ({type(exc).__name__})", replaced=True) from None
         except (ActorUnavailableError, RayActorError, GetTimeoutError, asyncio.TimeoutError) as exc:
-            ray.cancel(ref)
-            raise PartitionUnavailable(index, type(exc).__name__) from None
+            raise self._unavailable(index, ref, exc) from None

@@ -63,6 +63,12 @@ def session_args(session: Session | None) -> tuple[str, bytes] | None:
     return None if session is None else (session["session_id"], session["lock_token"])
 
 
+def settle_call(entity: str, subq: int, settlements: list[list[Any]], positions: list[int],
+                session: Session | None) -> Call:
+    """The partition call applying the settlements at `positions`."""
+    return "settle", (entity, subq, [settlements[i] for i in positions], session_args(session))
+
+
 def receive_reply(out: list[tuple[int, dict[str, Any]]], settled: list[Any]) -> dict[str, Any]:
     """A receive's reply: the messages handed out, each with its partition, and the results of
     the settlements it carried."""
@@ -297,8 +303,9 @@ class Router:
     def _hint(self, definition: dict[str, Any], subq: int, session_id: str | None, k: int, value: bool) -> None:
         self._hints.setdefault((definition["name"].lower(), subq, session_id), {})[k] = value
 
-    def _settlement_groups(self, definition: dict[str, Any], session: Session | None,
-                           ops: list[list[Any]]) -> dict[int, list[int]]:
+    def settlement_groups(self, definition: dict[str, Any], session: Session | None,
+                          ops: list[list[Any]]) -> dict[int, list[int]]:
+        """Positions of settlements grouped by the partition holding each one's message."""
         return planner.group_by_sequence(definition, [op[1] for op in ops], self.count,
                                          None if session is None else session["partition"])
 
@@ -321,7 +328,7 @@ class Router:
         hosts = self.receive_hosts(definition, session)
         hints = self.hints(definition, subq, session_id)
         settled: list[Any] = [None] * len(settlements)
-        pending = self._settlement_groups(definition, session, settlements)
+        pending = self.settlement_groups(definition, session, settlements)
         background: list[asyncio.Future[None]] = []
         probed = False
         while len(out) < max_count:
@@ -385,14 +392,11 @@ class Router:
         shares = [need // len(chosen) + (1 if j < need % len(chosen) else 0) for j in range(len(chosen))]
         extra = max(0, prefetch - len(state.cache)) if mode == PEEK_LOCK else 0
         seen = 0 if session is None else state.highest_sequence(int(session.get("seen", 0)))
-        held = session_args(session)
         requests = []
         for j, (k, share) in enumerate(zip(chosen, shares)):
             carried = pending.pop(k, [])
-            calls: list[Call] = []
-            if carried:
-                calls.append(("settle", (entity, subq, [settlements[i] for i in carried], held)))
-            calls.append(("receive", (entity, subq, share + (extra if j == 0 else 0), mode, held, seen)))
+            calls = [settle_call(entity, subq, settlements, carried, session)] if carried else []
+            calls.append(("receive", (entity, subq, share + (extra if j == 0 else 0), mode, session_args(session), seen)))
             requests.append((k, calls, carried))
         return requests
 
@@ -553,7 +557,7 @@ class Router:
         """Apply settlements on the partitions holding the messages; one result per op, in order."""
         deadline = self.clock() + timeout
         definition = await self.definition(entity)
-        groups = self._settlement_groups(definition, session, ops)
+        groups = self.settlement_groups(definition, session, ops)
         results: list[Any] = [None] * len(ops)
 
         async def apply(k: int, indexes: list[int]) -> None:
