@@ -159,7 +159,6 @@ class PartitionActor:
     def __init__(self, config: dict[str, Any], index: int) -> None:
         namespace = NamespaceConfig(**config)
         self.config = namespace
-        self.namespace = namespace.name
         self.index = index
         owner = f"Ray cluster {ray.get_runtime_context().gcs_address}, actor {namespace.partition_name(index)}"
         path = namespace.store_path(index, os.environ.get(NODE_DATA_DIR_ENV))
