@@ -4,7 +4,8 @@
   actors; the broker's send and receive are one such hop each (client to partition).
 - Durable floor: the same two calls to an actor that keeps the payloads in SQLite with the
   broker's pragmas (WAL, one commit per call: insert the batch; delete the previous batch and
-  select the next), the least any broker on Ray actors with a durable store does per cycle.
+  select the next), the least any broker on Ray actors with a durable store does per cycle; and
+  for a waiting consumer, `ray.util.queue`'s blocked get with a commit on put and one on get.
 - `ray.util.queue.Queue`: `put_nowait_batch` then `get_nowait_batch`, the Ray-native queue cycle
   (in memory, no locks, no acknowledgement): the P1 target is a ratio against it.
 - Redis Streams on a local redis-server started here on 127.0.0.1 (AOF on, fsync every second:
@@ -14,6 +15,7 @@ Payload lists hold distinct bytes objects: pickle would otherwise send one repea
 """
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import shutil
@@ -112,16 +114,22 @@ class RawActorBaseline:
 
 # ---------------------------------------------------------------------- durable floor
 
+def floor_store(directory: str, synchronous: str) -> sqlite3.Connection:
+    """A table of (sequence number, payload) in SQLite with the broker's pragmas (WAL, `synchronous`
+    as the broker's durability), in autocommit mode: each call makes its own transaction."""
+    db = sqlite3.connect(os.path.join(directory, "floor.db"), isolation_level=None)
+    for pragma in ("journal_mode=WAL", f"synchronous={synchronous}", "cache_size=-16000", "temp_store=MEMORY"):
+        db.execute("PRAGMA " + pragma)
+    db.execute("CREATE TABLE IF NOT EXISTS messages (seq INTEGER PRIMARY KEY, payload BLOB NOT NULL)")
+    return db
+
+
 @ray.remote(num_cpus=0)
 class SqliteQueueActor:
-    """The least a durable queue actor does: a table of (sequence number, payload) in SQLite, WAL,
-    `synchronous` as the broker's durability, one transaction per call."""
+    """The least a durable queue actor does per batch: one transaction per call."""
 
     def __init__(self, directory: str, synchronous: str) -> None:
-        self.db = sqlite3.connect(os.path.join(directory, "floor.db"), isolation_level=None)
-        for pragma in ("journal_mode=WAL", f"synchronous={synchronous}", "cache_size=-16000", "temp_store=MEMORY"):
-            self.db.execute("PRAGMA " + pragma)
-        self.db.execute("CREATE TABLE IF NOT EXISTS messages (seq INTEGER PRIMARY KEY, payload BLOB NOT NULL)")
+        self.db = floor_store(directory, synchronous)
         self.next_seq = 1
 
     def put(self, items: list[bytes]) -> int:
@@ -142,17 +150,54 @@ class SqliteQueueActor:
         return rows
 
 
+@ray.remote(num_cpus=0)
+class SqliteWaitingQueueActor:
+    """`ray.util.queue`'s blocked get plus the two commits of a durable broker: `put` commits a
+    message and wakes the waiting `get`, which takes it off in a commit of its own."""
+
+    def __init__(self, directory: str, synchronous: str) -> None:
+        self.db = floor_store(directory, synchronous)
+        self.arrived = asyncio.Event()
+
+    async def put(self, item: bytes) -> None:
+        """Store one message and wake the waiting consumer."""
+        self.db.execute("INSERT INTO messages (payload) VALUES (?)", (item,))
+        self.arrived.set()
+
+    async def get(self, timeout: float) -> bytes | None:
+        """The oldest message, taken off the store, waiting up to `timeout` seconds for one."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self.db.execute("BEGIN IMMEDIATE")
+            row = self.db.execute("SELECT seq, payload FROM messages ORDER BY seq LIMIT 1").fetchone()
+            if row is not None:
+                self.db.execute("DELETE FROM messages WHERE seq = ?", (row[0],))
+            self.db.execute("COMMIT")
+            if row is not None:
+                return bytes(row[1])
+            self.arrived.clear()
+            try:
+                await asyncio.wait_for(self.arrived.wait(), max(deadline - time.monotonic(), 0.0))
+            except asyncio.TimeoutError:
+                return None
+
+
 class DurableFloorBaseline:
-    """Two calls per batch to an actor with a durable SQLite store: the floor of a durable broker."""
+    """Durable queue actors with no broker logic: the floor of a durable broker, per batch (P1) and
+    for a waiting consumer (P3)."""
 
     def __init__(self, durability: str) -> None:
         self.directory = tempfile.mkdtemp(prefix="rb-floor-")
-        self.actor = SqliteQueueActor.remote(self.directory, "FULL" if durability == "fsync" else "NORMAL")
+        self.synchronous = "FULL" if durability == "fsync" else "NORMAL"
+        self.actor = SqliteQueueActor.remote(self.directory, self.synchronous)
         ray.get(self.actor.put.remote([]), timeout=120)
+        self.waiting: Any = None
 
     def close(self) -> None:
-        """Kill the actor and remove its store."""
-        ray.kill(self.actor)
+        """Kill the actors and remove their stores."""
+        for actor in (self.actor, self.waiting):
+            if actor is not None:
+                ray.kill(actor)
         shutil.rmtree(self.directory, ignore_errors=True)
 
     def cycle(self, bodies: list[bytes], batches: int, warmup: int) -> dict[str, Any]:
@@ -169,6 +214,19 @@ class DurableFloorBaseline:
         clock, seconds = lockstep(batches, warmup, step)
         ray.get(self.actor.get.remote(0, done))
         return cycle_result(len(bodies) * batches, seconds, clock, batches)
+
+    def channel(self, body: bytes) -> Channel:
+        """A waiting consumer of a store of its own: a blocked `get` in a thread, `put` from the sender."""
+        directory = tempfile.mkdtemp(prefix="waiting-", dir=self.directory)
+        self.waiting = SqliteWaitingQueueActor.remote(directory, self.synchronous)
+
+        def receive_one(max_wait: float) -> tuple[int, float] | None:
+            item = ray.get(self.waiting.get.remote(max_wait))
+            if item is None:
+                return None
+            return int.from_bytes(item[:8], "big", signed=True), time.perf_counter()
+
+        return receive_one, lambda tag: ray.get(self.waiting.put.remote(tag.to_bytes(8, "big", signed=True) + body))
 
 
 # ---------------------------------------------------------------------- ray.util.queue

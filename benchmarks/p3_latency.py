@@ -3,9 +3,10 @@
 A thread per queue sits in `receive_messages(1, max_wait_time=...)`; the driver sends one message
 (1 KB, durable store) and times until the receiver has it. A 16-partition queue and a
 non-partitioned queue of one standard namespace take turns with the peers (`ray.util.queue` with
-a blocked `get`, Redis Streams with a blocked XREADGROUP), so load drift hits all alike; a raw
-actor round trip of the same message is the floor. Target: the 16-partition median is at most
-1.2x the non-partitioned median.
+a blocked `get`, Redis Streams with a blocked XREADGROUP, and the durable floor: the queue's
+blocked get with a SQLite commit on put and on get), so load drift hits all alike; a raw actor
+round trip of the same message is the floor of any call. Targets: the 16-partition median at most
+1.2x the non-partitioned median and at most 1.0x `ray.util.queue`'s.
 
     python -m benchmarks.p3_latency [--samples 100] [--gap 0.02] [--no-redis]
 """
@@ -17,7 +18,7 @@ from typing import Any
 
 import ray_broker as rb
 
-from .baselines import RawActorBaseline, RayQueueBaseline, RedisBaseline, redis_server
+from .baselines import DurableFloorBaseline, RawActorBaseline, RayQueueBaseline, RedisBaseline, redis_server
 from .common import (
     Channel,
     broker_namespace,
@@ -71,7 +72,7 @@ def run(config: P3Config) -> dict[str, Any]:
             broker_namespace("p3", durability=config.durability) as ns:
         ns.create_queue(QUEUES["partitioned_16"], enable_partitioning=True)
         ns.create_queue(QUEUES["non_partitioned_1"])
-        raw, ray_queue = RawActorBaseline(), RayQueueBaseline()
+        raw, ray_queue, floor = RawActorBaseline(), RayQueueBaseline(), DurableFloorBaseline(config.durability)
         redis = None if redis_client is None else RedisBaseline(redis_client, "p3")
         senders = {name: ns.get_queue_sender(q) for name, q in QUEUES.items()}
         receivers = {name: ns.get_queue_receiver(q) for name, q in QUEUES.items()}
@@ -79,6 +80,7 @@ def run(config: P3Config) -> dict[str, Any]:
             round_trips = raw.round_trips(body, config.samples, config.warmup)
             channels = {name: broker_channel(senders[name], receivers[name], body) for name in QUEUES}
             channels["ray_queue"] = ray_queue.channel(body)
+            channels["durable_floor"] = floor.channel(body)
             if redis is not None:
                 channels["redis_streams"] = redis.channel(body)
             latencies = interleaved_latency(channels, samples=config.samples, warmup=config.warmup, gap=config.gap,
@@ -88,6 +90,7 @@ def run(config: P3Config) -> dict[str, Any]:
                 client.close()
             raw.close()
             ray_queue.close()
+            floor.close()
             if redis is not None:
                 redis.close()
     results = {"raw_actor_round_trip": summarize_ms(round_trips),
@@ -96,6 +99,8 @@ def run(config: P3Config) -> dict[str, Any]:
     ratios = {
         "partitioned_16_vs_non_partitioned_1": ratio(medians["partitioned_16"], medians["non_partitioned_1"]),
         "partitioned_16_vs_ray_queue": ratio(medians["partitioned_16"], medians["ray_queue"]),
+        "durable_floor_vs_ray_queue": ratio(medians["durable_floor"], medians["ray_queue"]),
+        "partitioned_16_vs_durable_floor": ratio(medians["partitioned_16"], medians["durable_floor"]),
         "partitioned_16_vs_raw_actor_round_trip": ratio(medians["partitioned_16"], medians["raw_actor_round_trip"]),
         "partitioned_16_vs_redis_streams": ratio(medians["partitioned_16"], medians.get("redis_streams")),
         "non_partitioned_1_vs_raw_actor_round_trip": ratio(medians["non_partitioned_1"],

@@ -39,7 +39,8 @@ def test_suite_main_prints_one_json_document_with_p1_p3_and_the_engine(ray_insta
     assert set(p1["results"]) == {"ray_queue", "raw_actor", "durable_floor", "partitioned_16", "non_partitioned_1"}
     assert all(r["msgs_per_s"] > 0 for r in p1["results"].values())
     assert p1["messages_left_after_run"] == {"partitioned_16": 0, "non_partitioned_1": 0}
-    assert set(p3["results"]) == {"raw_actor_round_trip", "partitioned_16", "non_partitioned_1", "ray_queue"}
+    assert set(p3["results"]) == {"raw_actor_round_trip", "partitioned_16", "non_partitioned_1", "ray_queue",
+                                  "durable_floor"}
     assert all(r["n"] == 3 for r in p3["results"].values())
     assert p1["notes"] == p3["notes"] == ["Redis baseline switched off (--no-redis)"]
     assert set(doc["ratios"]) == {"p1_partitioned_16_vs_ray_queue", "p1_non_partitioned_1_vs_ray_queue",
