@@ -128,9 +128,7 @@ def receive(
     session = None
     if not dead_letter and properties.requires_session:
         session = session_id or rb.NEXT_AVAILABLE_SESSION
-    options = dict(sub_queue=rb.SubQueue.DEAD_LETTER if dead_letter else None, session_id=session, max_wait_time=wait)
-    receiver = (ns.get_queue_receiver(target.name, **options) if target.subscription is None
-                else ns.get_subscription_receiver(target.name, target.subscription, **options))
+    receiver = target.receiver(ns, dead_letter=dead_letter, session_id=session, max_wait_time=wait)
     received: list[Any] = []
     with receiver:
         while len(received) < count:
@@ -162,14 +160,10 @@ def peek(
     as_json: AsJson = False,
 ) -> None:
     """Browse up to --count messages without locking or settling them."""
-    import ray_broker as rb
-
     ns = attach(namespace, address)
     target, properties = receivable(ns, entity)
     session = session_id if not dead_letter and properties.requires_session else None
-    options = dict(sub_queue=rb.SubQueue.DEAD_LETTER if dead_letter else None, session_id=session)
-    receiver = (ns.get_queue_receiver(target.name, **options) if target.subscription is None
-                else ns.get_subscription_receiver(target.name, target.subscription, **options))
+    receiver = target.receiver(ns, dead_letter=dead_letter, session_id=session)
     with receiver:
         messages = receiver.peek_messages(count, sequence_number=from_sequence)
     if as_json:

@@ -62,6 +62,15 @@ class Entity:
     def __str__(self) -> str:
         return f"{self.kind} {self.path!r}"
 
+    def receiver(self, ns: Any, *, dead_letter: bool, session_id: Any, **options: Any) -> Any:
+        """A receiver of this queue or subscription (its dead-letter queue with `dead_letter`)."""
+        import ray_broker as rb
+
+        options.update(sub_queue=rb.SubQueue.DEAD_LETTER if dead_letter else None, session_id=session_id)
+        if self.subscription is None:
+            return ns.get_queue_receiver(self.name, **options)
+        return ns.get_subscription_receiver(self.name, self.subscription, **options)
+
 
 def receivable(ns: Any, path: str) -> tuple[Entity, Any]:
     """The queue, or the subscription `topic/subscriptions/sub`, that `path` names, with its
