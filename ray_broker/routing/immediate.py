@@ -4,7 +4,7 @@ calls serves, made with the channel's blocking `call_now` instead of on the rout
 A synchronous client would otherwise hand each call to the loop's thread and wait for it back,
 and the loop would wait on Ray's callback thread: three thread hand-offs per call, each costing
 as much as the engine work on a busy machine. Here the same routing decisions (`Router.choose`,
-`Router.receive_requests`, `planner.plan_send`, ...) are made in the calling thread and the
+`Router.receive_requests`, `Router.plan_send`, ...) are made in the calling thread and the
 partitions are called with one blocking wait. Whatever this path cannot finish in one round (no
 cached definition, a batch split over partitions, a partition that does not answer, a receive
 that has to wait) it hands back untouched, or with what is left, to the router's own operation,
@@ -31,8 +31,7 @@ def send_now(router: Router, entity: str, envelopes: list[dict[str, Any]], timeo
     definition = router.cached_definition(entity)
     if definition is None or producer is None:
         return None
-    planner.check_send(definition, envelopes, router.sku.max_message_bytes, router.sku.name)
-    keyed, unkeyed = planner.plan_send(definition, envelopes, router.count)
+    keyed, unkeyed = router.plan_send(definition, envelopes)
     if unkeyed and keyed or len(keyed) > 1:
         return None
     if unkeyed:
@@ -88,9 +87,9 @@ def receive_now(router: Router, receiver_id: str, entity: str, subq: int, mode: 
     session_id = None if session is None else session["session_id"]
     hosts = router.receive_hosts(definition, session)
     hints = router.hints(definition, subq, session_id)
-    pending = router.settlement_groups(definition, session, settlements)
     if not state.cache and not any(hints.get(k, True) for k in hosts):
         return None
+    pending = router.settlement_groups(definition, session, settlements)
     out = state.take(max_count, time.time())
     chosen = router.choose(hosts, hints, pending, max_count - len(out)) if len(out) < max_count else []
     requests = router.receive_requests(state, entity, subq, mode, session, chosen, max_count - len(out), prefetch,

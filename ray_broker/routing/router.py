@@ -203,8 +203,7 @@ class Router:
         """
         deadline = self.clock() + timeout
         definition = await self.definition(entity)
-        planner.check_send(definition, envelopes, self.sku.max_message_bytes, self.sku.name)
-        keyed, unkeyed = planner.plan_send(definition, envelopes, self.count)
+        keyed, unkeyed = self.plan_send(definition, envelopes)
         result: list[int | None] = [None] * len(envelopes)
 
         async def to_partition(k: int, indexes: list[int]) -> None:
@@ -219,6 +218,13 @@ class Router:
                                           start % self.count, planner.unkeyed_tag(producer)))
         await asyncio.gather(*jobs)
         return result
+
+    def plan_send(self, definition: dict[str, Any],
+                  envelopes: list[dict[str, Any]]) -> tuple[dict[int, list[int]], list[int]]:
+        """Check a send against the entity and the tier, and split it: `(keyed, unkeyed)` as
+        `planner.plan_send` gives them."""
+        planner.check_send(definition, envelopes, self.sku.max_message_bytes, self.sku.name)
+        return planner.plan_send(definition, envelopes, self.count)
 
     def place(self, result: list[int | None], indexes: list[int], seqs: Sequence[int | None],
               definition: dict[str, Any], k: int) -> None:
