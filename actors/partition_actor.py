@@ -235,15 +235,15 @@ class PartitionActor:
                         session: tuple[str, bytes] | None, seen: int | None, timeout: float) -> dict[str, Any]:
         """A receive that waits: as soon as messages are available, lock up to `max_count` of them
         for the caller and return them (the wake-up carries the messages). Returns an empty reply
-        after `timeout`, or at once when `end_waits(receiver_id)` is called."""
-        session_id = None if session is None else session[0]
+        after `timeout`, or at once when `end_waits(receiver_id)` is called.
+
+        Each check (at the start and after every wake-up) is the receive itself, one transaction
+        that finds the messages or nothing, rather than a test for messages and then the receive."""
         empty: dict[str, Any] = {"messages": [], "more": False}
 
         def ready() -> dict[str, Any] | None:
             if receiver_id in self._ended:
                 return empty
-            if not self.engine.has_available(entity, subq, session_id):
-                return None
             reply: dict[str, Any] = self.metrics.run("receive", self.engine.receive, entity, subq, max_count, mode,
                                                      session, seen)
             return reply if reply["messages"] else None
