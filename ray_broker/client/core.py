@@ -258,7 +258,9 @@ class SettlementBuffer:
     """
 
     URGENT_MARGIN_S = 2.0
-    MAX_PENDING = 1000
+    MAX_PENDING = MAX_RECEIVE_COUNT
+    """The most settlements left for the receiver's next call to carry: a whole page of the largest
+    receive, so settling every message of a page costs no call of its own; one more sends them."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -275,7 +277,7 @@ class SettlementBuffer:
             message._settled = True
             if lock_deadline < self._oldest_deadline:
                 self._oldest_deadline = lock_deadline
-            if len(ops) >= self.MAX_PENDING or self._oldest_deadline - now <= self.URGENT_MARGIN_S:
+            if len(ops) > self.MAX_PENDING or self._oldest_deadline - now <= self.URGENT_MARGIN_S:
                 return Flush.NOW
             return Flush.LATER if len(ops) == 1 else Flush.NONE
 

@@ -13,7 +13,7 @@ import pytest
 
 from ray_broker import Message
 from ray_broker.client import management
-from ray_broker.client.core import Flush, SettlementBuffer, receive_target
+from ray_broker.client.core import MAX_RECEIVE_COUNT, Flush, SettlementBuffer, receive_target
 from ray_broker.client.flow import Call, drive, request, run, run_async
 from ray_broker.client.receiving import ReceiverBase, SessionBase, check_renewable
 from ray_broker.client.sending import SenderBase
@@ -135,8 +135,20 @@ def test_an_expired_lock_is_lost_at_once_and_a_full_buffer_flushes() -> None:
     with pytest.raises(MessageLockLostError):
         r._settle(run(link, r._receive(1, 1))[0], "complete")
     buffer = SettlementBuffer()
-    decisions = [buffer.add(*settled_message(seq), time.time() + 60, time.time()) for seq in range(buffer.MAX_PENDING)]
+    decisions = [buffer.add(*settled_message(seq), time.time() + 60, time.time()) for seq in range(buffer.MAX_PENDING + 1)]
     assert decisions[0] is Flush.LATER and set(decisions[1:-1]) == {Flush.NONE} and decisions[-1] is Flush.NOW
+
+
+def test_completing_a_whole_receive_page_waits_for_the_next_receive_to_carry_it() -> None:
+    page = [record(seq) for seq in range(1, MAX_RECEIVE_COUNT + 1)]
+    link = FakeLink(receive=receive_reply(*page))
+    r = receiver(link)
+    messages = run(link, r._receive(MAX_RECEIVE_COUNT, 1))
+    decisions = {r._settle(message, "complete") for message in messages}
+    assert Flush.NOW not in decisions
+    run(link, r._receive(1, 1))
+    assert link.operations() == ["receive", "receive"]
+    assert [op[1] for op in link.calls[-1].args[-1]] == list(range(1, MAX_RECEIVE_COUNT + 1))
 
 
 def settled_message(seq: int) -> tuple[Any, list[Any]]:
