@@ -11,7 +11,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 import ray_broker as rb
 
 from .datasink import EntityDatasink
-from .datasource import RECEIVE_TASKS, EntityDatasource
+from .datasource import EntityDatasource
 from .entity import entity_to_write
 from .rows import (
     BINARY,
@@ -111,8 +111,7 @@ def read_dataframe(spark: SparkSession, ns: rb.Namespace, entity: str, *, mode: 
     """
     source = EntityDatasource(ns, entity, mode=mode, subscription=subscription, max_messages=max_messages,
                               max_wait_time=max_wait_time, properties_as_lists=True)
-    tasks = ns.partition_count if mode == "peek" else RECEIVE_TASKS
-    dataset = ray.data.read_datasource(source, override_num_blocks=tasks, num_cpus=TASK_CPUS,
+    dataset = ray.data.read_datasource(source, override_num_blocks=source.most_tasks, num_cpus=TASK_CPUS,
                                        concurrency=TASK_CONCURRENCY).materialize()
     if dataset.count() == 0:
         return spark.createDataFrame([], READ_SPARK_SCHEMA)

@@ -78,6 +78,13 @@ class EntityDatasource(Datasource):
         """The source's name in Ray Data's progress output."""
         return f"Entity({self._entity.name})"
 
+    @property
+    def most_tasks(self) -> int:
+        """The most read tasks this source makes: one per partition to peek, up to
+        `RECEIVE_TASKS` to receive (ask Ray Data for as many blocks: more would split each one)."""
+        count = len(self._entity.partitions)
+        return count if self._mode == "peek" else min(count, RECEIVE_TASKS)
+
     def estimate_inmemory_data_size(self) -> int | None:
         """Unknown until read."""
         return None
@@ -90,7 +97,7 @@ class EntityDatasource(Datasource):
             limits = self._peek_limits()
             fns = [self._peek_fn(k, limits[k]) for k in self._entity.partitions if limits[k] != 0]
         else:
-            tasks = max(1, min(len(self._entity.partitions), RECEIVE_TASKS, parallelism if parallelism > 0 else 1))
+            tasks = max(1, min(self.most_tasks, parallelism if parallelism > 0 else 1))
             fns = [self._receive_fn(share) for share in self._shares(tasks) if share != 0]
         metadata = BlockMetadata(num_rows=None, size_bytes=None, exec_stats=None, input_files=None)
         return [ReadTask(fn, metadata, schema=self._schema, per_task_row_limit=per_task_row_limit) for fn in fns]
