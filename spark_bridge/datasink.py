@@ -9,6 +9,7 @@ from ray.data.block import Block, BlockAccessor
 from ray.data.datasource.datasink import WriteResult
 
 import ray_broker as rb
+from ray_broker.heap import freeze_startup_objects
 
 from .entity import Entity, entity_to_write
 from .rows import WriteSpec, arrow_kinds
@@ -60,6 +61,7 @@ class EntityDatasink(Datasink[int]):
 
     def write(self, blocks: Iterable[Block], ctx: Any) -> int:
         """Send every row of the blocks; returns how many were sent."""
+        freeze_startup_objects()
         entity = self._entity or entity_to_write(self._ns, self._entity_name)
         sent = 0
         for block in blocks:

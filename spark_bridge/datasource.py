@@ -8,6 +8,7 @@ from ray.data import Datasource, ReadTask
 from ray.data.block import BlockMetadata
 
 import ray_broker as rb
+from ray_broker.heap import freeze_startup_objects
 from ray_broker.routing import make_sequence_number, partition_of
 
 from .entity import Entity, check_count, check_mode, entity_to_read
@@ -137,6 +138,7 @@ class EntityDatasource(Datasource):
         ns, entity, table = self._ns, self._entity, self._table()
 
         def read() -> Iterator[pa.Table]:
+            freeze_startup_objects()
             with entity.receiver(ns, None) as receiver:
                 for page in peek_partition(receiver, entity, partition, make_sequence_number(partition, 0), limit):
                     yield table(page)
@@ -147,6 +149,7 @@ class EntityDatasource(Datasource):
         ns, entity, wait, table = self._ns, self._entity, self._max_wait_time, self._table()
 
         def read() -> Iterator[pa.Table]:
+            freeze_startup_objects()
             left = share
             with entity.receiver(ns, wait) as receiver:
                 while left is None or left > 0:
