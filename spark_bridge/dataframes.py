@@ -16,15 +16,14 @@ from .entity import entity_to_write
 from .rows import (
     BINARY,
     JSON,
+    JSON_SCHEMA,
     MAP,
     NULL,
     OTHER,
-    PROPERTY_KEYS,
-    PROPERTY_VALUES,
+    PROPERTIES_JSON,
     READ_SCHEMA,
     SCALAR,
     STRING,
-    SPLIT_SCHEMA,
 )
 
 TASK_CPUS = 0.25
@@ -59,13 +58,14 @@ def spark_kinds(schema: types.StructType) -> dict[str, str]:
 
 READ_SPARK_SCHEMA = from_arrow_schema(READ_SCHEMA)
 """The Spark schema of a DataFrame read from an entity."""
-SPLIT_SPARK_SCHEMA = from_arrow_schema(SPLIT_SCHEMA)
-"""The Spark schema of read rows whose properties travel as two list columns (`split_properties`)."""
+JSON_SPARK_SCHEMA = from_arrow_schema(JSON_SCHEMA)
+"""The Spark schema of read rows whose properties travel as JSON text (`spark_bridge.rows.PROPERTIES_JSON`)."""
+_PROPERTIES_TYPE = READ_SPARK_SCHEMA["application_properties"].dataType
 
 
 def with_properties_map(df: DataFrame) -> DataFrame:
-    """Read rows with the properties' key and value lists made into the map column again."""
-    return df.withColumn("application_properties", F.map_from_arrays(PROPERTY_KEYS, PROPERTY_VALUES)) \
+    """Read rows with the properties' JSON text made into the map column again."""
+    return df.withColumn("application_properties", F.from_json(PROPERTIES_JSON, _PROPERTIES_TYPE)) \
         .select(*READ_SCHEMA.names)
 
 
@@ -110,7 +110,7 @@ def read_dataframe(spark: SparkSession, ns: rb.Namespace, entity: str, *, mode: 
         df = read_dataframe(spark, ns, "orders", mode="peek")
     """
     source = EntityDatasource(ns, entity, mode=mode, subscription=subscription, max_messages=max_messages,
-                              max_wait_time=max_wait_time, properties_as_lists=True)
+                              max_wait_time=max_wait_time, properties_as_json=True)
     dataset = ray.data.read_datasource(source, override_num_blocks=source.most_tasks, num_cpus=TASK_CPUS,
                                        concurrency=TASK_CONCURRENCY).materialize()
     if dataset.count() == 0:
@@ -120,4 +120,4 @@ def read_dataframe(spark: SparkSession, ns: rb.Namespace, entity: str, *, mode: 
 
 
 __all__ = ["write_dataframe", "read_dataframe", "spark_kind", "spark_kinds", "with_properties_map", "READ_SPARK_SCHEMA",
-           "SPLIT_SPARK_SCHEMA"]
+           "JSON_SPARK_SCHEMA"]

@@ -12,7 +12,7 @@ from ray_broker.heap import freeze_startup_objects
 from ray_broker.routing import make_sequence_number, partition_of
 
 from .entity import Entity, check_count, check_mode, entity_to_read
-from .rows import READ_SCHEMA, SPLIT_SCHEMA, split_properties, table_from_messages
+from .rows import JSON_SCHEMA, READ_SCHEMA, json_table_from_messages, table_from_messages
 
 RECEIVE_PAGE = 8000
 """Messages asked for in one receive call; each answer becomes one block."""
@@ -57,8 +57,8 @@ class EntityDatasource(Datasource):
         max_messages: the most messages read in all (None: whatever is there). With "peek", they
             are the first ones in browsing order (partition 0's, then partition 1's, ...).
         max_wait_time: in "receive" mode, a task ends after this many seconds without a message.
-        properties_as_lists: give `application_properties` as two list columns, keys and values
-            (`spark_bridge.rows.split_properties`), the form Spark takes from Ray Data.
+        properties_as_json: give `application_properties` as one JSON text column
+            (`spark_bridge.rows.PROPERTIES_JSON`), the form Spark takes from Ray Data.
 
     Example:
         ds = ray.data.read_datasource(EntityDatasource(ns, "orders", mode="peek"))
@@ -66,10 +66,10 @@ class EntityDatasource(Datasource):
 
     def __init__(self, ns: rb.Namespace, entity: str, mode: str = "peek", subscription: str | None = None,
                  max_messages: int | None = None, *, max_wait_time: float = 5,
-                 properties_as_lists: bool = False) -> None:
+                 properties_as_json: bool = False) -> None:
         self._ns = ns
-        self._schema = SPLIT_SCHEMA if properties_as_lists else READ_SCHEMA
-        self._split = properties_as_lists
+        self._schema = JSON_SCHEMA if properties_as_json else READ_SCHEMA
+        self._json = properties_as_json
         self._mode = check_mode(mode)
         self._max_messages = check_count("max_messages", max_messages, optional=True)
         self._max_wait_time = max_wait_time
@@ -130,9 +130,7 @@ class EntityDatasource(Datasource):
 
     def _table(self) -> Callable[[list[rb.ReceivedMessage]], pa.Table]:
         """How a page of messages becomes a block."""
-        if self._split:
-            return lambda page: split_properties(table_from_messages(page))
-        return table_from_messages
+        return json_table_from_messages if self._json else table_from_messages
 
     def _peek_fn(self, partition: int, limit: int | None) -> Callable[[], Iterator[pa.Table]]:
         ns, entity, table = self._ns, self._entity, self._table()

@@ -15,11 +15,11 @@ from pyspark.sql.streaming import StreamingQuery
 import ray_broker as rb
 from ray_broker.errors import InvalidArgumentError, InvalidOperationError, MessageLockLostError
 
-from .dataframes import SPLIT_SPARK_SCHEMA, spark_kinds, with_properties_map
+from .dataframes import JSON_SPARK_SCHEMA, spark_kinds, with_properties_map
 from .datasource import peek_partition
 from .entity import Entity, check_count, check_mode, entity_to_read, entity_to_write
 from .positions import PeekPositions
-from .rows import WriteSpec, arrow_kinds, sort_messages, split_properties, table_from_messages
+from .rows import WriteSpec, arrow_kinds, json_table_from_messages, sort_messages
 from .sending import batches
 
 CHUNKS_PER_BATCH = 32
@@ -134,8 +134,8 @@ def stream_from_entity(spark: SparkSession, ns: rb.Namespace, entity: str, *, ba
 
 
 def _dataframe(spark: SparkSession, messages: Sequence[rb.ReceivedMessage]) -> DataFrame:
-    frame = split_properties(table_from_messages(messages)).to_pandas()
-    return with_properties_map(spark.createDataFrame(frame, SPLIT_SPARK_SCHEMA))
+    frame = json_table_from_messages(messages).to_pandas()
+    return with_properties_map(spark.createDataFrame(frame, JSON_SPARK_SCHEMA))
 
 
 def _received_batches(spark: SparkSession, ns: rb.Namespace, entity: Entity, size: int,

@@ -20,20 +20,19 @@ from spark_bridge.rows import (
     BINARY,
     JSON,
     JSON_CONTENT_TYPE,
+    JSON_SCHEMA,
     MAP,
     NULL,
     OTHER,
-    PROPERTY_KEYS,
-    PROPERTY_VALUES,
+    PROPERTIES_JSON,
     READ_SCHEMA,
     SCALAR,
-    SPLIT_SCHEMA,
     STRING,
     WriteSpec,
     arrow_kind,
     arrow_kinds,
+    json_table_from_messages,
     sort_messages,
-    split_properties,
     table_from_messages,
 )
 from spark_bridge.sending import IN_FLIGHT, partition_groups
@@ -162,14 +161,15 @@ def test_peek_positions_survive_a_restart(tmp_path: Path) -> None:
     PeekPositions(None, (0,)).save()                                 # in memory only: writes nothing
 
 
-def test_split_properties_gives_key_and_value_lists() -> None:
-    messages = [ReceivedMessage({"body": b"a", "sequence_number": 1, "application_properties": {"x": 1, "y": None}},
-                                peeked=True),
+def test_json_table_gives_the_properties_as_json_text_and_the_other_columns_as_they_are() -> None:
+    messages = [ReceivedMessage({"body": b"a", "sequence_number": 1,
+                                 "application_properties": {"x": 1, "y": None, "z": "\u00e9"}}, peeked=True),
                 ReceivedMessage({"body": b"b", "sequence_number": 2}, peeked=True)]
-    table = split_properties(table_from_messages(messages))
-    assert table.schema == SPLIT_SCHEMA
-    assert table.select([PROPERTY_KEYS, PROPERTY_VALUES]).to_pylist() == [
-        {PROPERTY_KEYS: ["x", "y"], PROPERTY_VALUES: ["1", None]}, {PROPERTY_KEYS: [], PROPERTY_VALUES: []}]
+    table = json_table_from_messages(messages)
+    assert table.schema == JSON_SCHEMA
+    assert [json.loads(text) for text in table.column(PROPERTIES_JSON).to_pylist()] == [
+        {"x": "1", "y": None, "z": "\u00e9"}, {}]
+    assert table.drop([PROPERTIES_JSON]).equals(table_from_messages(messages).drop(["application_properties"]))
 
 
 def test_partition_groups_keep_each_key_in_order() -> None:
