@@ -25,7 +25,6 @@ from actors.metrics import PartitionMetrics
 from ray_broker.config import NODE_DATA_DIR_ENV, RAY_NAMESPACE, NamespaceConfig
 from ray_broker.engine.partition import PartitionEngine
 from ray_broker.engine.store import Store
-from ray_broker.heap import freeze_startup_objects
 from ray_broker.routing.forwarding import Forwarder
 from ray_broker.routing.health import BACKOFF
 from ray_broker.routing.ray_channel import RayChannel, TableHandles
@@ -176,7 +175,6 @@ class PartitionActor:
         """Receivers whose waiting receives are to end now (they are closing)."""
         self._forwarder: _ForwardThread | None = None
         threading.Thread(target=self._housekeeping_loop, name="housekeeping", daemon=True).start()
-        freeze_startup_objects()
 
     def _notify(self) -> None:
         """Wake waiting receives and the forwarder (the caller holds the lock)."""

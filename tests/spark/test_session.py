@@ -23,6 +23,24 @@ def test_configs_carry_java17_options_everywhere() -> None:
     assert configs["spark.sql.shuffle.partitions"] == "4"
 
 
+def test_a_local_ray_started_for_spark_keeps_idle_workers_for_the_next_stage(monkeypatch: pytest.MonkeyPatch) -> None:
+    import ray
+
+    from ray_broker.client import lifecycle
+    from spark_bridge import session
+
+    started: dict[str, Any] = {}
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(lifecycle, "cluster_address", lambda address: None)
+    monkeypatch.setattr(ray, "init", lambda **kwargs: started.update(kwargs))
+    session.start_ray("local")
+    config = started["_system_config"]
+    assert config["num_workers_soft_limit"] == session.IDLE_WORKERS >= 16
+    assert config["idle_worker_killing_time_threshold_ms"] == session.IDLE_WORKER_KEEP_MS >= 60_000
+    assert config["max_direct_call_object_size"] == lifecycle.LOCAL_RAY_SYSTEM_CONFIG["max_direct_call_object_size"]
+    assert started["num_cpus"] >= session.MIN_LOCAL_CPUS
+
+
 def test_spark_dataframe_round_trips_through_ray_data(spark: Any) -> None:
     import ray.data
 

@@ -1,0 +1,29 @@
+"""Freezing the objects alive after start-up (ray_broker.heap): no Ray."""
+from __future__ import annotations
+
+import gc
+from typing import Iterator
+
+import pytest
+
+from ray_broker import heap
+
+
+@pytest.fixture
+def unfrozen(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    gc.unfreeze()
+    monkeypatch.setattr(heap, "_frozen", False)
+    yield
+    gc.unfreeze()
+
+
+def test_objects_alive_at_the_first_call_leave_the_collections_and_later_calls_change_nothing(unfrozen: None) -> None:
+    kept = [object() for _ in range(10)]
+    assert gc.get_freeze_count() == 0
+    heap.freeze_startup_objects()
+    frozen = gc.get_freeze_count()
+    assert frozen > len(kept)
+    assert all(o is not kept for o in gc.get_objects())
+    more = [[] for _ in range(100)]
+    heap.freeze_startup_objects()
+    assert gc.get_freeze_count() == frozen and len(more) == 100
