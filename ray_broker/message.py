@@ -55,7 +55,8 @@ def _check_encodable(name: str, value: str) -> None:
         raise ValueError(f"{name} is not valid Unicode text ({exc.reason}); pass text that encodes as UTF-8") from None
 
 
-def _check_property(key: Any, value: Any) -> None:
+def check_property(key: Any, value: Any) -> None:
+    """Raise TypeError or ValueError if `key: value` cannot be an application property."""
     if not isinstance(key, str):
         raise TypeError(f"application_properties keys must be str, not {type(key).__name__} ({key!r})")
     _check_encodable("an application_properties key", key)
@@ -151,7 +152,7 @@ class Message:
             raise TypeError(f"application_properties must be a mapping, not {type(application_properties).__name__}")
         props = dict(application_properties) if application_properties else {}
         for key, value in props.items():
-            _check_property(key, value)
+            check_property(key, value)
         self.application_properties: dict[str, Any] = props
 
     def __repr__(self) -> str:
@@ -175,7 +176,7 @@ class Message:
             )
         if self.application_properties:
             for key, value in self.application_properties.items():
-                _check_property(key, value)
+                check_property(key, value)
             wire["application_properties"] = dict(self.application_properties)
         ttl = _check_ttl(self.time_to_live)
         if ttl is not None:

@@ -67,7 +67,7 @@ class EntityDatasink(Datasink[int]):
         for block in blocks:
             table = BlockAccessor.for_block(block).to_arrow()
             self._spec.validate(arrow_kinds(table.schema), "the Dataset")
-            sent += send_spread(self._ns, entity, self._spec.messages(table))
+            sent += send_spread(self._ns, entity, self._spec.envelopes(table))
         return sent
 
     def on_write_complete(self, write_result: WriteResult[int]) -> None:

@@ -2,7 +2,7 @@
 
 Writing: a `WriteSpec` names the columns that hold a message's body, keys and properties; it is
 checked against a table's column kinds before any row is sent, then turns an Arrow table into
-`ray_broker.Message`s. Reading: `table_from_messages` turns received messages into the Arrow table
+encoded messages (envelopes). Reading: `table_from_messages` turns received messages into the Arrow table
 of API.md's read columns (`READ_SCHEMA`).
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import pyarrow as pa
 
 from ray_broker.errors import InvalidArgumentError
-from ray_broker.message import Message, ReceivedMessage
+from ray_broker.message import MAX_ID_LENGTH, ReceivedMessage, check_property, envelope_from_wire
 from ray_broker.routing import partition_of
 
 JSON_CONTENT_TYPE = "application/json"
@@ -152,23 +152,74 @@ class WriteSpec:
         names += [self.properties] if isinstance(self.properties, str) else list(self.properties or ())
         return list(dict.fromkeys(n for n in names if n is not None))
 
-    def messages(self, table: pa.Table) -> list[Message]:
-        """The messages of a table's rows, in row order (validate the table's kinds first)."""
+    def envelopes(self, table: pa.Table) -> list[dict[str, Any]]:
+        """The rows as encoded messages, in row order (validate the table's kinds first).
+
+        A row's envelope is what sending `Message(body, partition_key=..., ...)` of its values would
+        send (`Message.to_envelope`), encoded straight from the columns without building `Message`s:
+        per row, that is most of a write task's work. Raises `InvalidArgumentError` naming the first
+        row that does not make a valid message.
+        """
         table = table.select(self.columns())
-        bodies = _bodies(table.column(self.body))
-        keys = {name: _texts(table.column(getattr(self, name))) if getattr(self, name) else None
-                for name in KEY_FIELDS}
-        props = _properties(table, self.properties)
+        keys = {name: _ids(name, table.column(column))
+                for name in _WIRE_KEY_ORDER if (column := getattr(self, name)) is not None}
+        _check_session_keys(keys)
         content_type = JSON_CONTENT_TYPE if arrow_kind(table.schema.field(self.body).type) in (JSON, MAP) else None
-        messages = []
-        for i, body in enumerate(bodies):
-            values = {name: column[i] for name, column in keys.items() if column is not None}
-            try:
-                messages.append(Message(body, content_type=content_type,
-                                        application_properties=props[i] if props else None, **values))
-            except (TypeError, ValueError) as exc:
-                raise InvalidArgumentError(f"row {i} does not make a valid message: {exc}") from exc
-        return messages
+        return _encode_rows(_bodies(table.column(self.body)), keys, content_type,
+                            _properties(table, self.properties))
+
+
+_WIRE_KEY_ORDER = ("message_id", "session_id", "partition_key")
+"""The key fields in the order `Message.to_wire` writes them, so that payloads come out the same."""
+
+
+def _ids(name: str, column: pa.ChunkedArray) -> list[str | None]:
+    """A key column's values as text, each within the length a message id or key may have."""
+    values = _texts(column)
+    if max(map(len, filter(None, values)), default=0) > MAX_ID_LENGTH:
+        row = next(i for i, v in enumerate(values) if v is not None and len(v) > MAX_ID_LENGTH)
+        raise InvalidArgumentError(
+            f"row {row} does not make a valid message: its {name} is {len(values[row])} characters long; "
+            f"the limit is {MAX_ID_LENGTH}")
+    return values
+
+
+def _check_session_keys(keys: Mapping[str, list[str | None]]) -> None:
+    """A row's partition key, where it has one, must be its session id."""
+    if "session_id" not in keys or "partition_key" not in keys:
+        return
+    for row, (session_id, partition_key) in enumerate(zip(keys["session_id"], keys["partition_key"])):
+        if session_id is not None and partition_key is not None and session_id != partition_key:
+            raise InvalidArgumentError(
+                f"row {row} does not make a valid message: its partition_key {partition_key!r} differs from its "
+                f"session_id {session_id!r}; a session message's partition key must equal its session id or be null")
+
+
+def _encode_rows(bodies: list[bytes], keys: Mapping[str, list[str | None]], content_type: str | None,
+                 props: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    """Each row's wire form (fields in `Message.to_wire`'s order) encoded into an envelope."""
+    key_columns = list(keys.items())
+    envelopes = []
+    for row, body in enumerate(bodies):
+        wire: dict[str, Any] = {"body": body}
+        for name, values in key_columns:
+            if values[row] is not None:
+                wire[name] = values[row]
+        if content_type is not None:
+            wire["content_type"] = content_type
+        if props is not None and props[row]:
+            wire["application_properties"] = _checked_properties(row, props[row])
+        envelopes.append(envelope_from_wire(wire))
+    return envelopes
+
+
+def _checked_properties(row: int, properties: dict[str, Any]) -> dict[str, Any]:
+    try:
+        for key, value in properties.items():
+            check_property(key, value)
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgumentError(f"row {row} does not make a valid message: {exc}") from exc
+    return properties
 
 
 def _bodies(column: pa.ChunkedArray) -> list[bytes]:
@@ -235,10 +286,11 @@ def _properties(table: pa.Table, properties: str | Sequence[str] | None) -> list
     return [{name: _property_value(values[i]) for name, values in columns.items()} for i in range(table.num_rows)]
 
 
-def sort_messages(messages: Iterable[Message]) -> list[Message]:
-    """Messages in an order that depends only on their content, not on the order they came in."""
-    return sorted(messages, key=lambda m: (m.session_id or "", m.partition_key or "", m.message_id or "", m.body,
-                                           json.dumps(m.application_properties, sort_keys=True, default=str)))
+def sort_envelopes(envelopes: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Encoded messages in an order that depends only on their content (keys, then the payload), not
+    on the order they came in."""
+    return sorted(envelopes, key=lambda e: (e.get("session_id") or "", e.get("partition_key") or "",
+                                            e.get("message_id") or "", e["payload"]))
 
 
 def property_text(value: Any) -> str | None:

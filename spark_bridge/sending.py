@@ -1,8 +1,8 @@
-"""Sending messages in batches that fit the namespace's tier, many partitions at once."""
+"""Sending encoded messages (envelopes) in batches that fit the namespace's tier, many partitions at once."""
 from __future__ import annotations
 
 import asyncio
-from typing import Iterable, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 import ray_broker as rb
 from ray_broker.client.sending import SenderBase
@@ -15,18 +15,22 @@ IN_FLIGHT = 8
 """The most send calls one writer keeps in flight (to different partitions, or unkeyed)."""
 
 
-def batches(sender: SenderBase, messages: Iterable[rb.Message]) -> Iterator[rb.MessageBatch]:
-    """The messages packed in order into batches as large as the tier allows."""
+Envelope = dict[str, Any]
+"""A message encoded by `ray_broker.message.envelope_from_wire` (`WriteSpec.envelopes` makes them)."""
+
+
+def batches(sender: SenderBase, envelopes: Iterable[Envelope]) -> Iterator[rb.MessageBatch]:
+    """The encoded messages packed in order into batches as large as the tier allows."""
     batch = sender.create_message_batch()
-    for message in messages:
+    for envelope in envelopes:
         try:
-            batch.add_message(message)
+            batch.add_envelope(envelope)
         except MessageSizeExceededError:
             if not len(batch):
                 raise
             yield batch
             batch = sender.create_message_batch()
-            batch.add_message(message)
+            batch.add_envelope(envelope)
     if len(batch):
         yield batch
 
@@ -34,30 +38,32 @@ def batches(sender: SenderBase, messages: Iterable[rb.Message]) -> Iterator[rb.M
 def send_all(sender: rb.Sender, messages: Iterable[rb.Message]) -> int:
     """Send the messages in order, in as few calls as the tier's batch size allows; returns how many."""
     sent = 0
-    for batch in batches(sender, messages):
+    for batch in batches(sender, (message.to_envelope() for message in messages)):
         sender.send_messages(batch)
         sent += len(batch)
     return sent
 
 
-def partition_groups(entity: Entity, messages: Sequence[rb.Message]) -> list[list[rb.Message]]:
-    """The messages split so that groups can be sent side by side without reordering a key's
-    messages: keyed ones by the partition their key routes them to, in order; unkeyed ones in
+def partition_groups(entity: Entity, envelopes: Sequence[Envelope]) -> list[list[Envelope]]:
+    """The encoded messages split so that groups can be sent side by side without reordering a
+    key's messages: keyed ones by the partition their key routes them to, in order; unkeyed ones in
     `IN_FLIGHT` groups of their own."""
-    keyed: dict[int, list[rb.Message]] = {}
-    unkeyed: list[rb.Message] = []
-    for message in messages:
-        key = resolve_partition_key({"session_id": message.session_id, "partition_key": message.partition_key,
-                                     "message_id": message.message_id},
-                                    duplicate_detection=entity.duplicate_detection)
+    keyed: dict[int, list[Envelope]] = {}
+    unkeyed: list[Envelope] = []
+    partition_of_key: dict[str, int] = {}       # rows share keys: hash each key once
+    for envelope in envelopes:
+        key = resolve_partition_key(envelope, duplicate_detection=entity.duplicate_detection)
         if key is None:
-            unkeyed.append(message)
-        else:
-            keyed.setdefault(partition_for_key(key, len(entity.partitions)), []).append(message)
+            unkeyed.append(envelope)
+            continue
+        partition = partition_of_key.get(key)
+        if partition is None:
+            partition = partition_of_key[key] = partition_for_key(key, len(entity.partitions))
+        keyed.setdefault(partition, []).append(envelope)
     return list(keyed.values()) + [group for group in (unkeyed[i::IN_FLIGHT] for i in range(IN_FLIGHT)) if group]
 
 
-async def _send_groups(ns: rb.Namespace, entity: Entity, groups: list[list[rb.Message]]) -> int:
+async def _send_groups(ns: rb.Namespace, entity: Entity, groups: list[list[Envelope]]) -> int:
     import ray_broker.aio as rba
 
     handle = rba.Namespace(ns.config)
@@ -65,7 +71,7 @@ async def _send_groups(ns: rb.Namespace, entity: Entity, groups: list[list[rb.Me
     try:
         sender = entity.async_sender(handle)
 
-        async def send_group(group: list[rb.Message]) -> int:
+        async def send_group(group: list[Envelope]) -> int:
             for batch in batches(sender, group):
                 async with slots:
                     await sender.send_messages(batch)
@@ -76,8 +82,8 @@ async def _send_groups(ns: rb.Namespace, entity: Entity, groups: list[list[rb.Me
         await handle.close()
 
 
-def send_spread(ns: rb.Namespace, entity: Entity, messages: Sequence[rb.Message]) -> int:
-    """Send the messages with up to `IN_FLIGHT` calls at once, each to one partition, keeping each
+def send_spread(ns: rb.Namespace, entity: Entity, envelopes: Sequence[Envelope]) -> int:
+    """Send the encoded messages with up to `IN_FLIGHT` calls at once, each to one partition, keeping each
     key's messages in order; returns how many were sent. Runs its own event loop (call it from
     synchronous code, such as a Ray Data write task)."""
-    return asyncio.run(_send_groups(ns, entity, partition_groups(entity, messages)))
+    return asyncio.run(_send_groups(ns, entity, partition_groups(entity, envelopes)))

@@ -19,7 +19,7 @@ from .dataframes import JSON_SPARK_SCHEMA, spark_kinds, with_properties_map
 from .datasource import peek_partition
 from .entity import Entity, check_count, check_mode, entity_to_read, entity_to_write
 from .positions import PeekPositions
-from .rows import WriteSpec, arrow_kinds, json_table_from_messages, sort_messages
+from .rows import WriteSpec, arrow_kinds, json_table_from_messages, sort_envelopes
 from .sending import batches
 
 CHUNKS_PER_BATCH = 32
@@ -58,12 +58,12 @@ class MicroBatchWriter:
             return
         table = pa.Table.from_batches(record_batches)
         self._spec.validate(arrow_kinds(table.schema), f"micro-batch {batch_id}")
-        messages = sort_messages(self._spec.messages(table))
+        envelopes = sort_envelopes(self._spec.envelopes(table))
         with self._entity.sender(self._ns) as sender:
-            chunks = list(batches(sender, messages))
+            chunks = list(batches(sender, envelopes))
             if len(chunks) > CHUNKS_PER_BATCH:
                 raise InvalidOperationError(
-                    f"micro-batch {batch_id} holds {len(messages)} rows, {len(chunks)} send batches; at most "
+                    f"micro-batch {batch_id} holds {len(envelopes)} rows, {len(chunks)} send batches; at most "
                     f"{CHUNKS_PER_BATCH} can be written exactly once: make micro-batches smaller (for example "
                     "with the source's maxOffsetsPerTrigger, maxFilesPerTrigger or rowsPerSecond option)")
             for index, chunk in enumerate(chunks):

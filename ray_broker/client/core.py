@@ -124,7 +124,12 @@ class MessageBatch:
 
     def add_message(self, message: Message) -> None:
         """Add a message; `MessageSizeExceededError` if it does not fit (the batch is unchanged)."""
-        envelope = to_envelope(message)
+        self.add_envelope(to_envelope(message))
+
+    def add_envelope(self, envelope: dict[str, Any]) -> None:
+        """Add a message already encoded by `ray_broker.message.envelope_from_wire` (bulk writers
+        encode rows that way without building `Message`s); `MessageSizeExceededError` as
+        `add_message`."""
         if self.size_in_bytes + envelope["size"] > self.max_size_in_bytes:
             raise MessageSizeExceededError(
                 f"the batch holds {self.size_in_bytes} of {self.max_size_in_bytes} bytes and this message needs "

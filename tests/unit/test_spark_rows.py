@@ -11,6 +11,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from ray_broker import codec
 from ray_broker.errors import InvalidArgumentError
 from ray_broker.message import Message, ReceivedMessage
 from ray_broker.routing import partition_for_key
@@ -32,7 +33,7 @@ from spark_bridge.rows import (
     arrow_kind,
     arrow_kinds,
     json_table_from_messages,
-    sort_messages,
+    sort_envelopes,
     table_from_messages,
 )
 from spark_bridge.sending import IN_FLIGHT, partition_groups
@@ -52,6 +53,11 @@ def orders() -> pa.Table:
     })
 
 
+def sent(envelopes: list[dict[str, object]]) -> list[dict[str, object]]:
+    """What each envelope sends: its wire form, as a partition stores it."""
+    return [codec.unpackb(e["payload"]) for e in envelopes]  # type: ignore[arg-type]
+
+
 def test_arrow_kinds() -> None:
     assert arrow_kinds(orders().schema) == {"body": BINARY, "customer": STRING, "order_id": SCALAR, "amount": SCALAR,
                                             "when": SCALAR, "price": SCALAR, "tags": MAP, "doc": JSON}
@@ -65,30 +71,32 @@ def test_binary_body_keys_and_property_columns() -> None:
                      properties=["amount", "when", "price"])
     table = orders()
     spec.validate(arrow_kinds(table.schema), "the table")
-    messages = spec.messages(table)
-    assert [m.body for m in messages] == [b"a", b"b", b"c"]
-    assert [m.partition_key for m in messages] == ["c1", None, "c2"]      # a null key is no key
-    assert [m.message_id for m in messages] == ["1", "2", "3"]
-    assert messages[0].application_properties == {"amount": 1.5, "when": "2026-01-02", "price": "1.25"}
-    assert messages[2].application_properties["amount"] is None
-    assert all(m.content_type is None for m in messages)
+    envelopes = spec.envelopes(table)
+    assert envelopes == [    # each row encoded as the Message of its values would be
+        Message(b"a", partition_key="c1", message_id="1",
+                application_properties={"amount": 1.5, "when": "2026-01-02", "price": "1.25"}).to_envelope(),
+        Message(b"b", message_id="2",                                  # a null key is no key
+                application_properties={"amount": 2.0, "when": "2026-01-02", "price": "1.25"}).to_envelope(),
+        Message(b"c", partition_key="c2", message_id="3",
+                application_properties={"amount": None, "when": "2026-01-02", "price": "1.25"}).to_envelope()]
+    assert [e.get("partition_key") for e in envelopes] == ["c1", None, "c2"]
+    assert all("content_type" not in wire for wire in sent(envelopes))
 
 
 def test_map_column_properties_and_string_body() -> None:
     table = orders().append_column("text", pa.array(["é", "", None]))
-    spec = WriteSpec(body="text", session_id="customer", properties="tags")
+    spec = WriteSpec(body="text", session_id="customer", partition_key="customer", properties="tags")
     spec.validate(arrow_kinds(table.schema), "the table")
-    messages = spec.messages(table)
-    assert [m.body for m in messages] == ["é".encode(), b"", b""]
-    assert [m.session_id for m in messages] == ["c1", None, "c2"]
-    assert [m.application_properties for m in messages] == [{"k": "v"}, {}, {}]
+    assert spec.envelopes(table) == [
+        Message("é", session_id="c1", partition_key="c1", application_properties={"k": "v"}).to_envelope(),
+        Message(b"").to_envelope(),
+        Message(b"", session_id="c2", partition_key="c2").to_envelope()]
 
 
 def test_struct_body_is_json() -> None:
-    spec = WriteSpec(body="doc")
-    messages = spec.messages(orders())
-    assert [json.loads(m.body) for m in messages] == [{"x": 1, "y": {"m": 2}}, None, {"x": 3, "y": {}}]
-    assert {m.content_type for m in messages} == {JSON_CONTENT_TYPE}
+    wires = sent(WriteSpec(body="doc").envelopes(orders()))
+    assert [json.loads(w["body"]) for w in wires] == [{"x": 1, "y": {"m": 2}}, None, {"x": 3, "y": {}}]  # type: ignore[arg-type]
+    assert {w["content_type"] for w in wires} == {JSON_CONTENT_TYPE}
 
 
 @pytest.mark.parametrize(("spec", "error"), [
@@ -116,19 +124,30 @@ def test_columns_lists_each_column_once() -> None:
     assert spec.columns() == ["body", "customer", "amount"]
 
 
-def test_an_invalid_row_is_an_argument_error() -> None:
-    table = pa.table({"body": [b"x"], "key": ["k" * 200]})
-    with pytest.raises(InvalidArgumentError, match="row 0"):
-        WriteSpec(partition_key="key").messages(table)
+@pytest.mark.parametrize(("columns", "spec", "error"), [
+    ({"key": ["k", "k" * 129]}, WriteSpec(partition_key="key"), "row 1 .* partition_key is 129 characters long"),
+    ({"s": ["a", "b"], "p": ["a", "c"]}, WriteSpec(session_id="s", partition_key="p"),
+     "row 1 .* partition_key 'c' differs from its session_id 'b'"),
+    ({"big": pa.array([1, 1 << 63], pa.uint64())}, WriteSpec(properties=["big"]),
+     "row 1 .* does not fit in a signed 64-bit integer"),
+    ({"m": pa.array([[("k", [1])]], pa.map_(pa.string(), pa.list_(pa.int64())))}, WriteSpec(properties="m"),
+     "row 0 .* application_properties\\['k'\\] has type list"),
+])
+def test_a_row_that_makes_no_valid_message_is_an_argument_error(columns: dict[str, object], spec: WriteSpec,
+                                                                 error: str) -> None:
+    count = len(next(iter(columns.values())))  # type: ignore[arg-type]
+    table = pa.table({"body": [b"x"] * count, **columns})
+    with pytest.raises(InvalidArgumentError, match=error):
+        spec.envelopes(table)
 
 
-def test_sort_messages_ignores_input_order() -> None:
+def test_sort_envelopes_ignores_input_order() -> None:
     messages = [Message(b"b", partition_key="k2"), Message(b"a", partition_key="k1"), Message(b"c"),
                 Message(b"a", partition_key="k1", application_properties={"n": 1})]
-    forward = [(m.partition_key, m.body, m.application_properties) for m in sort_messages(messages)]
-    backward = [(m.partition_key, m.body, m.application_properties) for m in sort_messages(reversed(messages))]
-    assert forward == backward
-    assert forward[0] == (None, b"c", {})
+    envelopes = [m.to_envelope() for m in messages]
+    forward = sort_envelopes(envelopes)
+    assert forward == sort_envelopes(reversed(envelopes))
+    assert sent(forward[:1]) == [{"body": b"c"}]
 
 
 def test_table_from_messages_has_the_read_columns() -> None:
@@ -174,15 +193,16 @@ def test_json_table_gives_the_properties_as_json_text_and_the_other_columns_as_t
 
 def test_partition_groups_keep_each_key_in_order() -> None:
     entity = Entity("q", None, "queue", tuple(range(16)))
-    messages = [Message(f"{i}".encode(), partition_key=f"k{i % 5}" if i % 3 else None) for i in range(300)]
-    groups = partition_groups(entity, messages)
-    assert sorted(m.body for g in groups for m in g) == sorted(m.body for m in messages)
+    envelopes = [Message(f"{i}".encode(), partition_key=f"k{i % 5}" if i % 3 else None).to_envelope()
+                 for i in range(300)]
+    groups = partition_groups(entity, envelopes)
+    assert sorted(e["payload"] for g in groups for e in g) == sorted(e["payload"] for e in envelopes)
     for group in groups:
-        keys = {m.partition_key for m in group}
+        keys = {e.get("partition_key") for e in group}
         assert None not in keys or keys == {None}                   # unkeyed ones apart from keyed ones
         if None not in keys:
             assert len({partition_for_key(k, 16) for k in keys}) == 1
         for key in keys - {None}:
-            bodies = [int(m.body) for m in group if m.partition_key == key]
+            bodies = [int(w["body"]) for w in sent([e for e in group if e.get("partition_key") == key])]
             assert bodies == sorted(bodies)
-    assert sum(1 for g in groups if g[0].partition_key is None) == IN_FLIGHT
+    assert sum(1 for g in groups if g[0].get("partition_key") is None) == IN_FLIGHT
