@@ -2,13 +2,16 @@
 
 Both sides move the same cached DataFrame (`--rows` rows of `--body-size` B bodies keyed by one
 of 1,000 customers) and end with a Spark `count()` of the DataFrame they produced:
-- broker: `write_dataframe` into a 16-partition queue, then `read_dataframe(mode="receive")`;
+- broker: `write_dataframe` into a partitioned queue (`--sku`: standard's 16 partitions and 256 KB
+  batches by default; premium takes `--partitions`, 1, 2 or 4, and 1 MB batches), then
+  `read_dataframe(mode="receive")`;
 - baseline: `raydp.spark.from_spark_recoverable(df)` then `Dataset.to_spark(spark)` (what
   `ray.data.from_spark` and `to_spark` do), the cached copy released after.
 After an untimed warm-up of both sides on 1,000 rows (worker processes start, code loads),
 rounds alternate baseline and broker; the target is the broker's rows/s >= 0.3x the baseline's.
 
-    python -m benchmarks.spark_roundtrip [--rows 1000000] [--body-size 1024] [--rounds 1] [--json PATH]
+    python -m benchmarks.spark_roundtrip [--rows 1000000] [--body-size 1024] [--rounds 1] [--sku standard]
+        [--partitions N] [--json PATH]
 """
 from __future__ import annotations
 
@@ -39,6 +42,10 @@ class RoundTripConfig:
     spark_partitions: int = 8
     executor_memory: str = "6g"
     """The Spark executor's heap: RayDP's conversion holds a whole partition of Arrow data in it."""
+    sku: str = "standard"
+    """The namespace's tier."""
+    partitions: int | None = None
+    """The namespace's partition count (premium only; None: the tier's default)."""
 
 
 def source_frame(spark: Any, config: RoundTripConfig) -> Any:
@@ -94,7 +101,7 @@ def run(config: RoundTripConfig) -> dict[str, Any]:
         warmup = source_frame(spark, RoundTripConfig(rows=WARMUP_ROWS, body_size=config.body_size,
                                                      spark_partitions=config.spark_partitions))
         df = source_frame(spark, config)
-        with broker_namespace("spark-rt") as ns:
+        with broker_namespace("spark-rt", sku=config.sku, partitions=config.partitions) as ns:
             ns.create_queue("rt", enable_partitioning=True)
             raydp_round(spark, warmup)
             broker_round(spark, ns, warmup, "rt")
@@ -129,7 +136,8 @@ def table(doc: dict[str, Any]) -> str:
     rows = [["raydp from_spark -> to_spark", results["raydp"]["seconds"], results["raydp"]["rows_per_s"], None, None],
             ["broker write_dataframe -> read_dataframe", results["broker"]["seconds"], results["broker"]["rows_per_s"],
              results["broker"]["write_s"], results["broker"]["read_s"]]]
-    title = f"Spark round trip: {config['rows']:,} rows x {config['body_size']} B, median of {config['rounds']}"
+    title = (f"Spark round trip: {config['rows']:,} rows x {config['body_size']} B, {config['sku']} tier, "
+             f"median of {config['rounds']}")
     return (format_table(title, ["path", "s", "rows/s", "write s", "read s"], rows) + "\n\n"
             + targets_table(doc["targets"]))
 
@@ -144,9 +152,13 @@ def main() -> int:
                    help="partitions of the source DataFrame (default 8)")
     p.add_argument("--executor-memory", default=defaults.executor_memory,
                    help=f"the Spark executor's heap (default {defaults.executor_memory})")
+    p.add_argument("--sku", default=defaults.sku, help="the namespace's tier (default standard: 16 partitions)")
+    p.add_argument("--partitions", type=int, default=defaults.partitions,
+                   help="the namespace's partition count, premium only (1, 2 or 4)")
     args = p.parse_args()
     config = RoundTripConfig(rows=args.rows, body_size=args.body_size, rounds=args.rounds,
-                             spark_partitions=args.spark_partitions, executor_memory=args.executor_memory)
+                             spark_partitions=args.spark_partitions, executor_memory=args.executor_memory,
+                             sku=args.sku, partitions=args.partitions)
     with contextlib.redirect_stdout(sys.stderr):
         doc = run(config)
     emit(doc, table(doc), args.json)
