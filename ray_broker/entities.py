@@ -267,6 +267,9 @@ class PartitionRuntimeProperties:
     active_message_count: int = 0
     dead_letter_message_count: int = 0
     scheduled_message_count: int = 0
+    next_sequence_number: int = 0
+    """The sequence number this partition gives the entity's next message: a peek that stops
+    before it sees what the partition held when asked."""
 
 
 @dataclass
@@ -303,6 +306,7 @@ class QueueRuntimeProperties:
                 active_message_count=counts["active"],
                 dead_letter_message_count=counts["dead_letter"],
                 scheduled_message_count=counts["scheduled"],
+                next_sequence_number=counts.get("next_sequence", 0),
             ))
             props.active_message_count += counts["active"]
             props.dead_letter_message_count += counts["dead_letter"]

@@ -9,9 +9,10 @@ from ray.data.block import BlockMetadata
 
 import ray_broker as rb
 from ray_broker.heap import freeze_startup_objects
-from ray_broker.routing import make_sequence_number, partition_of
+from ray_broker.errors import PartitionUnavailableError
+from ray_broker.routing import make_sequence_number
 
-from .entity import Entity, check_count, check_mode, entity_to_read
+from .entity import check_count, check_mode, entity_to_read
 from .rows import JSON_SCHEMA, READ_SCHEMA, json_table_from_messages, table_from_messages
 
 RECEIVE_PAGE = 8000
@@ -23,23 +24,26 @@ PEEK_PAGE = 1000
 """Messages asked for in one peek call (every partition after the one read answers one too)."""
 
 
-def peek_partition(receiver: rb.Receiver, entity: Entity, partition: int, start: int,
+def peek_partition(receiver: rb.Receiver, start: int, end: int,
                    limit: int | None) -> Iterator[list[rb.ReceivedMessage]]:
-    """Pages of one partition's messages from sequence number `start` on, at most `limit` in all,
-    browsed without locking them; ends where the partition's messages end."""
+    """Pages of the messages with sequence numbers in [`start`, `end`) (a range inside one
+    partition), at most `limit` in all, browsed without locking them."""
     left = limit
     start = max(start, 1)  # sequence number 0 would ask the receiver to continue where it stopped
-    while left is None or left > 0:
+    while start < end and (left is None or left > 0):
         count = PEEK_PAGE if left is None else min(PEEK_PAGE, left)
-        page = receiver.peek_messages(count, sequence_number=start)
-        mine = [m for m in page if partition_of(m.sequence_number) == partition] if len(entity.partitions) > 1 \
-            else page
-        if mine:
-            yield mine
-            start = mine[-1].sequence_number + 1
-            left = None if left is None else left - len(mine)
-        if len(mine) < count:
+        page = receiver.peek_messages(count, sequence_number=start, end_sequence_number=end)
+        if page:
+            yield page
+            start = page[-1].sequence_number + 1
+            left = None if left is None else left - len(page)
+        if len(page) < count:
             return
+
+
+def partition_end(partition: int) -> int:
+    """The sequence number after the last one partition `partition` can give."""
+    return make_sequence_number(partition + 1, 0)
 
 
 class EntityDatasource(Datasource):
@@ -92,11 +96,10 @@ class EntityDatasource(Datasource):
 
     def get_read_tasks(self, parallelism: int, per_task_row_limit: int | None = None,
                        data_context: Any = None) -> list[ReadTask]:
-        """One task per partition to peek; to receive, `parallelism` tasks, at most `RECEIVE_TASKS`
-        and no more than there are partitions."""
+        """One task per partition to peek, each reading what its partition held now; to receive,
+        `parallelism` tasks, at most `RECEIVE_TASKS` and no more than there are partitions."""
         if self._mode == "peek":
-            limits = self._peek_limits()
-            fns = [self._peek_fn(k, limits[k]) for k in self._entity.partitions if limits[k] != 0]
+            fns = [self._peek_fn(k, end, limit) for k, (end, limit) in self._peek_ranges().items() if limit != 0]
         else:
             tasks = max(1, min(self.most_tasks, parallelism if parallelism > 0 else 1))
             fns = [self._receive_fn(share) for share in self._shares(tasks) if share != 0]
@@ -110,35 +113,41 @@ class EntityDatasource(Datasource):
         base, extra = divmod(self._max_messages, tasks)
         return [base + (1 if i < extra else 0) for i in range(tasks)]
 
-    def _peek_limits(self) -> dict[int, int | None]:
-        """How many messages each partition's task reads: with `max_messages`, the first ones in
-        browsing order, from each partition's active count."""
-        if self._max_messages is None:
-            return {k: None for k in self._entity.partitions}
-        if len(self._entity.partitions) == 1:
-            return {self._entity.partitions[0]: self._max_messages}
+    def _peek_ranges(self) -> dict[int, tuple[int, int | None]]:
+        """For each partition, where its task stops (the sequence number the partition gives next:
+        messages sent while the Dataset is read are not in it) and how many messages it reads
+        (with `max_messages`, the first ones in browsing order, from each partition's active
+        count)."""
         entity = self._entity
         props = self._ns.get_queue_runtime_properties(entity.name) if entity.subscription is None else \
             self._ns.get_subscription_runtime_properties(entity.name, entity.subscription)
-        active = {p.index: p.active_message_count for p in props.partitions}
-        limits: dict[int, int | None] = {}
+        missing = [p.index for p in props.partitions if not p.available]
+        if missing:
+            raise PartitionUnavailableError(
+                f"partition(s) {missing} of {entity.describe()} did not answer, so their messages cannot be "
+                "peeked now; read again once the namespace reports them available")
+        # A non-partitioned entity lives on one partition, whose sequence numbers name partition 0.
+        answers = dict(zip(entity.partitions, props.partitions)) if len(entity.partitions) == 1 else \
+            {p.index: p for p in props.partitions}
+        ranges: dict[int, tuple[int, int | None]] = {}
         left = self._max_messages
         for k in entity.partitions:
-            limits[k] = min(left, active.get(k, 0))
-            left -= limits[k] or 0
-        return limits
+            limit = left if left is None or len(entity.partitions) == 1 else min(left, answers[k].active_message_count)
+            ranges[k] = (answers[k].next_sequence_number, limit)
+            left = None if left is None else left - (limit or 0)
+        return ranges
 
     def _table(self) -> Callable[[list[rb.ReceivedMessage]], pa.Table]:
         """How a page of messages becomes a block."""
         return json_table_from_messages if self._json else table_from_messages
 
-    def _peek_fn(self, partition: int, limit: int | None) -> Callable[[], Iterator[pa.Table]]:
+    def _peek_fn(self, partition: int, end: int, limit: int | None) -> Callable[[], Iterator[pa.Table]]:
         ns, entity, table = self._ns, self._entity, self._table()
 
         def read() -> Iterator[pa.Table]:
             freeze_startup_objects()
             with entity.receiver(ns, None) as receiver:
-                for page in peek_partition(receiver, entity, partition, make_sequence_number(partition, 0), limit):
+                for page in peek_partition(receiver, make_sequence_number(partition, 0), end, limit):
                     yield table(page)
 
         return read

@@ -16,7 +16,7 @@ import ray_broker as rb
 from ray_broker.errors import InvalidArgumentError, InvalidOperationError, MessageLockLostError
 
 from .dataframes import JSON_SPARK_SCHEMA, spark_kinds, with_properties_map
-from .datasource import peek_partition
+from .datasource import partition_end, peek_partition
 from .entity import Entity, check_count, check_mode, entity_to_read, entity_to_write
 from .positions import PeekPositions
 from .rows import WriteSpec, arrow_kinds, json_table_from_messages, sort_envelopes
@@ -177,7 +177,8 @@ def _peeked_batches(spark: SparkSession, ns: rb.Namespace, entity: Entity, size:
             for partition in order:
                 if len(batch) == size:
                     break
-                for page in peek_partition(receiver, entity, partition, positions[partition], size - len(batch)):
+                for page in peek_partition(receiver, positions[partition], partition_end(partition),
+                                           size - len(batch)):
                     batch.extend(page)
                     positions[partition] = page[-1].sequence_number + 1
             if batch:

@@ -121,10 +121,12 @@ class Receiver(ReceiverBase, Closing):
         """Receive deferred messages by their sequence numbers."""
         return await self._run(self._receive_deferred(sequence_numbers))
 
-    async def peek_messages(self, max_message_count: int = 1, *, sequence_number: int = 0) -> list[ReceivedMessage]:
+    async def peek_messages(self, max_message_count: int = 1, *, sequence_number: int = 0,
+                            end_sequence_number: int | None = None) -> list[ReceivedMessage]:
         """Browse messages without locking them, in sequence-number order; with `sequence_number=0`
-        browsing continues after the last message this receiver peeked."""
-        return await self._run(self._peek(max_message_count, sequence_number))
+        browsing continues after the last message this receiver peeked; with `end_sequence_number`
+        it stops before that sequence number (see the sync receiver)."""
+        return await self._run(self._peek(max_message_count, sequence_number, end_sequence_number))
 
     # ------------------------------------------------------------------ settling
 

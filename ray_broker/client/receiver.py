@@ -160,12 +160,16 @@ class Receiver(ReceiverBase):
         """Receive deferred messages by their sequence numbers."""
         return self._run(self._receive_deferred(sequence_numbers))
 
-    def peek_messages(self, max_message_count: int = 1, *, sequence_number: int = 0) -> list[ReceivedMessage]:
+    def peek_messages(self, max_message_count: int = 1, *, sequence_number: int = 0,
+                      end_sequence_number: int | None = None) -> list[ReceivedMessage]:
         """Browse messages without locking them, in sequence-number order (across partitions in index order).
 
         With `sequence_number=0` browsing continues after the last message this receiver peeked.
+        With `end_sequence_number`, browsing stops before that sequence number and asks only the
+        partitions holding the range (a partition's `next_sequence_number` in the runtime
+        properties ends what it held when they were read).
         """
-        return self._run(self._peek(max_message_count, sequence_number))
+        return self._run(self._peek(max_message_count, sequence_number, end_sequence_number))
 
     # ------------------------------------------------------------------ settling
 

@@ -180,14 +180,17 @@ class ReceiverBase:
                                 self._session_wire(), seqs, OP_TIMEOUT_S, timeout=OP_TIMEOUT_S)
         return self._received(records)
 
-    def _peek(self, max_message_count: int, sequence_number: int) -> Flow[list[ReceivedMessage]]:
-        """Messages browsed without locking them, continuing after the last peeked one unless told where."""
+    def _peek(self, max_message_count: int, sequence_number: int,
+              end_sequence_number: int | None = None) -> Flow[list[ReceivedMessage]]:
+        """Messages browsed without locking them, continuing after the last peeked one unless told
+        where, and stopping before `end_sequence_number` when given."""
         yield from self._before_operation()
         count = check_count(max_message_count)
         start = check_sequence_number(sequence_number) or self._peek_from
+        end = None if end_sequence_number is None else check_sequence_number(end_sequence_number)
         yield from self._open()
         records = yield request("peek", self._target.entity, self._target.subq, self._session_wire(), start, count,
-                                timeout=OP_TIMEOUT_S)
+                                end, timeout=OP_TIMEOUT_S)
         messages = [ReceivedMessage(r, peeked=True) for r in records]
         if messages:
             self._peek_from = messages[-1].sequence_number + 1

@@ -86,7 +86,8 @@ def runtime(state: PartitionState, entity: str) -> dict[str, Any]:
     with state.store.transaction():
         state.activate_due(state.clock.now(), frag)
     counts = {"active": 0, "dead_letter": 0, "scheduled": 0, "transfer": 0, "transfer_dead_letter": 0,
-              "size": state.sizes.get(frag.key, 0)}
+              "size": state.sizes.get(frag.key, 0),
+              "next_sequence": frag.seq_base | state.counters.get(_counter_key(frag.definition, frag.key), 1)}
     if frag.kind == "topic":
         counts["subscriptions"] = len(state.subscribers(frag))
     forwards = bool(frag.options.get("forward_to"))
@@ -102,6 +103,11 @@ def runtime(state: PartitionState, entity: str) -> dict[str, Any]:
         else:
             counts["active"] += n
     return counts
+
+
+def _counter_key(definition: Mapping[str, Any], key: str) -> str:
+    """Whose sequence counter numbers an entity's messages: a subscription's are its topic's."""
+    return str(definition.get("topic", key)).lower()
 
 
 def integrity_check(state: PartitionState) -> dict[str, Any]:
@@ -120,7 +126,7 @@ def integrity_check(state: PartitionState) -> dict[str, Any]:
         if state.sizes.get(key, 0) != expected:
             problems.append(f"{key}: size counter {state.sizes.get(key, 0)} != stored {expected}")
     for key, top in state.queries.highest_sequences():
-        counter_key = str(definitions[key].get("topic", key)).lower()
+        counter_key = _counter_key(definitions[key], key)
         counter = top & COUNTER_MASK
         if counter >= state.counters.get(counter_key, 1):
             problems.append(f"{key}: sequence {counter} not below counter {state.counters.get(counter_key, 1)}")

@@ -168,9 +168,10 @@ class PartitionEngine:
         return receiving.receive_deferred(self.state, entity, subq, sequence_numbers, mode, session)
 
     def peek(self, entity: str, subq: int, from_sequence: int, max_count: int,
-             session_id: str | None = None) -> list[dict[str, Any]]:
-        """Browse messages from `from_sequence` in sequence order without locking them."""
-        return receiving.peek(self.state, entity, subq, from_sequence, max_count, session_id)
+             session_id: str | None = None, to_sequence: int | None = None) -> list[dict[str, Any]]:
+        """Browse messages from `from_sequence` (before `to_sequence` when given) in sequence order
+        without locking them."""
+        return receiving.peek(self.state, entity, subq, from_sequence, max_count, session_id, to_sequence)
 
     # ------------------------------------------------------------------ transactions and forwarding
 

@@ -462,16 +462,17 @@ class Queries:
         (found,) = _rows(MessageRow, self.db.execute(f"{_SELECT_MESSAGE} WHERE m.id = :id", {"id": row_id}))
         return found
 
-    def browse(self, entity_id: int, subq: int, from_seq: int, limit: int,
+    def browse(self, entity_id: int, subq: int, from_seq: int, to_seq: int, limit: int,
                session_id: str | None) -> list[MessageRow]:
-        """Messages of a sub-queue from sequence `from_seq` on, in order, whatever their state."""
+        """Messages of a sub-queue with sequence numbers in [`from_seq`, `to_seq`), in order, whatever
+        their state (a run's first and last rows may reach outside the range)."""
         first, last = row_id_range(entity_id)
         session = "" if session_id is None else " AND m.session_id = :session_id"
         return _rows(MessageRow, self.db.execute(
             f"{_SELECT_MESSAGE} WHERE m.id BETWEEN :first AND :last AND m.subq = :subq "
-            f"AND m.seq + m.span > :from_seq{session} ORDER BY m.id LIMIT :limit",
-            {"first": first, "last": last, "subq": subq, "from_seq": from_seq, "session_id": session_id,
-             "limit": limit}))
+            f"AND m.seq + m.span > :from_seq AND m.seq < :to_seq{session} ORDER BY m.id LIMIT :limit",
+            {"first": first, "last": last, "subq": subq, "from_seq": from_seq, "to_seq": to_seq,
+             "session_id": session_id, "limit": limit}))
 
     def lock_states(self, ids: Sequence[int]) -> list[LockState]:
         """The lock columns of the rows with the given ids (those that exist)."""

@@ -10,6 +10,9 @@ from . import messages
 from .queries import MessageRow, lock_token
 from .state import Fragment, PartitionState
 
+END_OF_SEQUENCES = (1 << 63) - 1
+"""Above every sequence number a partition gives (the largest SQLite integer): a browse with no end."""
+
 
 def receive(state: PartitionState, entity: str, subq: int, max_count: int, mode: str = PEEK_LOCK,
             session: tuple[str, bytes] | None = None, session_seen: int | None = None) -> dict[str, Any]:
@@ -123,18 +126,21 @@ def receive_deferred(state: PartitionState, entity: str, subq: int, sequence_num
 
 
 def peek(state: PartitionState, entity: str, subq: int, from_sequence: int, max_count: int,
-         session_id: str | None = None) -> list[dict[str, Any]]:
-    """Browse messages from `from_sequence` in sequence order without locking them."""
+         session_id: str | None = None, to_sequence: int | None = None) -> list[dict[str, Any]]:
+    """Browse messages from `from_sequence` (up to `to_sequence`, exclusive, when given) in sequence
+    order without locking them."""
     frag = state.fragment(entity)
     from_sequence, max_count = int(from_sequence), int(max_count)
+    end = END_OF_SEQUENCES if to_sequence is None else int(to_sequence)
     with state.store.transaction():
         state.activate_due(state.clock.now(), frag)
-        rows = state.queries.browse(frag.entity_id, subq, from_sequence, max_count, session_id)
+        rows = state.queries.browse(frag.entity_id, subq, from_sequence, end, max_count, session_id)
         found = messages.payloads(state.queries, rows)
     records = []
     for row, row_payloads in zip(rows, found):
         first = max(0, from_sequence - row.seq)
-        records += messages.records(row, row_payloads[first:], row.delivery_count, locked=False, first=first)
+        records += messages.records(row, row_payloads[first:end - row.seq],
+                                    row.delivery_count, locked=False, first=first)
     return records[:max(0, max_count)]
 
 

@@ -121,12 +121,15 @@ def group_by_sequence(definition: Definition, sequence_numbers: Iterable[int], p
 
 
 def peek_hosts(definition: Definition, partition_count: int, from_sequence: int,
-               session_partition_index: int | None) -> list[int]:
-    """The partitions a peek from `from_sequence` reads, in sequence-number order."""
+               session_partition_index: int | None, to_sequence: int | None = None) -> list[int]:
+    """The partitions a peek of sequence numbers from `from_sequence` (to `to_sequence`, exclusive,
+    when given) reads, in sequence-number order."""
     if session_partition_index is not None:
         return [session_partition_index]
     if is_partitioned(definition):
-        return list(range(min(partition_of(from_sequence), partition_count), partition_count))
+        last = partition_count - 1 if to_sequence is None else min(partition_of(max(to_sequence - 1, 0)),
+                                                                     partition_count - 1)
+        return list(range(min(partition_of(from_sequence), partition_count), last + 1))
     return hosts(definition, partition_count)
 
 

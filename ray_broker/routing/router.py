@@ -615,17 +615,18 @@ class Router:
         return [by_seq[s] for s in dict.fromkeys(sequence_numbers) if s in by_seq]
 
     async def peek(self, entity: str, subq: int, session: Session | None, from_sequence: int,
-                   max_count: int) -> list[dict[str, Any]]:
-        """Browse messages in sequence-number order from `from_sequence`, across partitions in index
-        order (all partitions are asked at once)."""
+                   max_count: int, to_sequence: int | None = None) -> list[dict[str, Any]]:
+        """Browse messages in sequence-number order from `from_sequence` (up to `to_sequence`,
+        exclusive, when given), across partitions in index order (those holding the range are all
+        asked at once)."""
         definition = await self.definition(entity)
         hosts = planner.peek_hosts(definition, self.count, from_sequence,
-                                   None if session is None else session["partition"])
+                                   None if session is None else session["partition"], to_sequence)
         deadline = self.clock() + 30.0
         session_id = None if session is None else session["session_id"]
         pages = await asyncio.gather(*(
             self.keyed(k, "peek", entity, subq, from_sequence if k == hosts[0] else (k << 48), max_count, session_id,
-                       deadline=deadline, entity=entity) for k in hosts))
+                       to_sequence, deadline=deadline, entity=entity) for k in hosts))
         return planner.merge_peeks(pages, max_count)
 
     # ------------------------------------------------------------------ sessions

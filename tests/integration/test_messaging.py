@@ -64,6 +64,25 @@ def test_peek_browses_all_partitions_in_sequence_order(namespace: rb.Namespace, 
     namespace.delete_queue(queue_name)
 
 
+def test_peek_up_to_a_partitions_next_sequence_number_sees_what_it_held(namespace: rb.Namespace,
+                                                                        queue_name: str) -> None:
+    namespace.create_queue(queue_name, enable_partitioning=True)
+    with namespace.get_queue_sender(queue_name) as sender:
+        sender.send_messages([rb.Message(f"m{i}", partition_key="k") for i in range(5)])
+        held = next(p for p in namespace.get_queue_runtime_properties(queue_name).partitions
+                    if p.active_message_count)
+        sender.send_messages([rb.Message(f"later{i}", partition_key="k") for i in range(5)])
+    start = rb.partition_of(held.next_sequence_number) << 48
+    with namespace.get_queue_receiver(queue_name) as receiver:
+        first = receiver.peek_messages(3, sequence_number=start, end_sequence_number=held.next_sequence_number)
+        rest = receiver.peek_messages(10, end_sequence_number=held.next_sequence_number)
+        with pytest.raises(rb.errors.InvalidArgumentError):
+            receiver.peek_messages(1, end_sequence_number=-1)
+    assert [m.body for m in first + rest] == [f"m{i}".encode() for i in range(5)]
+    assert {rb.partition_of(m.sequence_number) for m in first + rest} == {held.index}
+    namespace.delete_queue(queue_name)
+
+
 def test_defer_and_receive_deferred_across_partitions(namespace: rb.Namespace, queue_name: str) -> None:
     namespace.create_queue(queue_name, enable_partitioning=True)
     with namespace.get_queue_sender(queue_name) as sender:

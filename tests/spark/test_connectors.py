@@ -54,3 +54,18 @@ def test_connectors_check_before_any_row_is_sent(ray_instance: None, namespace: 
     with pytest.raises(rb.errors.MessagingEntityNotFoundError):
         ray.data.from_items(items(10)).write_datasink(EntityDatasink(namespace, "missing-queue", body="payload"))
     assert namespace.get_queue_runtime_properties(partitioned_queue).active_message_count == 0
+
+
+@pytest.mark.parametrize("partitioned", [True, False])
+def test_a_peek_reads_what_each_partition_held_when_planned(ray_instance: None, namespace: rb.Namespace,
+                                                            partitioned: bool) -> None:
+    name = f"peek-plan-{uuid.uuid4().hex[:8]}"
+    namespace.create_queue(name, enable_partitioning=partitioned)
+    with namespace.get_queue_sender(name) as sender:
+        sender.send_messages([rb.Message(f"before-{i}", partition_key=f"k{i % 7}") for i in range(200)])
+        tasks = EntityDatasource(namespace, name, mode="peek").get_read_tasks(namespace.partition_count)
+        sender.send_messages([rb.Message(f"after-{i}", partition_key=f"k{i % 7}") for i in range(200)])
+    assert len(tasks) == (namespace.partition_count if partitioned else 1)
+    bodies = sorted(bytes(b) for task in tasks for block in task() for b in block.column("body").to_pylist())
+    assert bodies == sorted(f"before-{i}".encode() for i in range(200))
+    namespace.delete_queue(name)

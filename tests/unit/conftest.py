@@ -54,9 +54,9 @@ class Broker:
         return self.engine.settle(entity, subq, [op], session)[0]
 
     def peek(self, entity: str, from_sequence: int = 0, max_count: int = 100, *,
-             subq: int = MAIN) -> list[ReceivedMessage]:
+             subq: int = MAIN, to_sequence: int | None = None) -> list[ReceivedMessage]:
         """Peek messages without locking them."""
-        records = self.engine.peek(entity, subq, from_sequence, max_count)
+        records = self.engine.peek(entity, subq, from_sequence, max_count, None, to_sequence)
         return [ReceivedMessage(r, peeked=True) for r in records]
 
     def bodies(self, messages: list[ReceivedMessage]) -> list[bytes]:

@@ -205,7 +205,7 @@ def test_flush_failures_are_kept_and_peek_continues() -> None:
         return [MessageLockLostError("lost")] * len(ops)
 
     link = FakeLink(receive=receive_reply(record(1)), settle=refuse,
-                    peek=lambda entity, subq, session, start, count: [record(start), record(start + 1)])
+                    peek=lambda entity, subq, session, start, count, end: [record(start), record(start + 1)])
     r = receiver(link)
     r._settle(run(link, r._receive(1, 1))[0], "complete")
     with pytest.raises(MessageLockLostError):

@@ -12,7 +12,7 @@ from ray_broker import Message
 from ray_broker.clock import ManualClock
 from ray_broker.errors import PartitionUnavailableError
 from ray_broker.protocol import MAIN, PEEK_LOCK
-from ray_broker.routing import partition_for_key, partition_of
+from ray_broker.routing import make_sequence_number, partition_for_key, partition_of
 from ray_broker.routing.planner import spread_start
 from ray_broker.routing.router import AWAY_HOLD_S, UNKEYED_SETTLE_S, Router
 from ray_broker.sku import get_sku
@@ -127,6 +127,21 @@ async def test_a_receive_gathers_from_every_partition_in_one_call() -> None:
     reply = await setup.router.receive("fresh", "q", MAIN, PEEK_LOCK, None, 10, 1.0, 0, [])
     assert len(reply["messages"]) == 10
     assert {r["partition"] for r in reply["messages"]} == set(range(PARTITIONS))
+
+
+async def test_a_peek_with_an_end_asks_only_the_partitions_holding_its_range() -> None:
+    setup = Setup()
+    setup.create()
+    for i in range(12):
+        await setup.router.send("q", envelopes(Message(f"m{i}", partition_key=key_for(i % PARTITIONS))), 5.0)
+    end = setup.channel.engines[1].runtime("q")["next_sequence"]
+    await setup.router.send("q", envelopes(Message("late", partition_key=key_for(1))), 5.0)
+    peeked = await setup.router.peek("q", MAIN, None, make_sequence_number(1, 0), 10, end)
+    assert [partition_of(r["sequence_number"]) for r in peeked] == [1, 1, 1]
+    assert [setup.channel.calls[(k, "peek")] for k in range(PARTITIONS)] == [0, 1, 0, 0]
+    everything = await setup.router.peek("q", MAIN, None, make_sequence_number(1, 0), 100)
+    assert len(everything) == 10
+    assert [setup.channel.calls[(k, "peek")] for k in range(PARTITIONS)] == [0, 2, 1, 1]
 
 
 async def test_closing_releases_prefetched_messages_without_counting_a_delivery() -> None:

@@ -137,6 +137,17 @@ def test_peek_reads_into_a_run_without_cutting_it(broker: Broker) -> None:
     assert rows(broker) == 1
 
 
+def test_peek_stops_before_its_end_inside_a_run(broker: Broker) -> None:
+    broker.create_queue("q")
+    send_batch(broker)
+    end = broker.engine.runtime("q")["next_sequence"]
+    send_batch(broker)
+    assert [m.sequence_number for m in broker.peek("q", from_sequence=5, to_sequence=9)] == [5, 6, 7, 8]
+    assert [m.sequence_number for m in broker.peek("q", from_sequence=1, to_sequence=end)] == list(range(1, end))
+    assert broker.peek("q", from_sequence=end, to_sequence=end) == []
+    assert len(broker.peek("q", from_sequence=1, max_count=3 * BATCH)) == 2 * BATCH
+
+
 def test_a_run_expires_whole(broker: Broker) -> None:
     broker.create_queue("q", default_message_time_to_live=60)
     broker.create_queue("dl", default_message_time_to_live=60, dead_lettering_on_message_expiration=True)

@@ -110,6 +110,16 @@ def test_each_subscription_gets_what_its_rules_select(broker: Broker) -> None:
     assert topic.drain(nothing) == []
 
 
+def test_a_subscription_peeks_up_to_its_topics_next_sequence_number(broker: Broker) -> None:
+    topic = Topic(broker)
+    path = topic.subscribe("all")
+    seqs = broker.send("news", "a", "b", "c")
+    end = broker.engine.runtime(path)["next_sequence"]
+    assert end == broker.engine.runtime("news")["next_sequence"] == seqs[-1] + 1
+    broker.send("news", "later")
+    assert broker.bodies(broker.peek(path, from_sequence=1, to_sequence=end)) == [b"a", b"b", b"c"]
+
+
 def test_a_message_is_stored_once_and_goes_with_the_last_subscription(broker: Broker) -> None:
     topic = Topic(broker)
     paths = [topic.subscribe(f"s{k}") for k in range(5)]
