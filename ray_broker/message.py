@@ -34,18 +34,40 @@ _HEADER_FIELDS = (
 _ID_FIELDS = ("message_id", "session_id", "partition_key")
 
 
+def id_problem(name: str, value: str) -> str | None:
+    """What makes `value` unfit as a message's `name` (a message id, session id or partition key):
+    empty, or longer than `MAX_ID_LENGTH`; None when it is fit."""
+    if not value:
+        return f"{name} must not be empty; leave it None to have no {name}"
+    if len(value) > MAX_ID_LENGTH:
+        return f"{name} is {len(value)} characters long; the limit is {MAX_ID_LENGTH}"
+    return None
+
+
+def key_conflict(session_id: Any, partition_key: Any) -> str | None:
+    """Why a message's session id and partition key cannot go together (they differ), or None."""
+    if session_id is not None and partition_key is not None and session_id != partition_key:
+        return (f"partition_key {partition_key!r} differs from session_id {session_id!r}; "
+                "on a session message the partition key must equal the session id or be left unset")
+    return None
+
+
 def _check_text(name: str, value: Any) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str):
         raise TypeError(f"{name} must be a str or None, not {type(value).__name__}")
     _check_encodable(name, value)
-    if name in _ID_FIELDS:
-        if not value:
-            raise ValueError(f"{name} must not be empty; leave it None to have no {name}")
-        if len(value) > MAX_ID_LENGTH:
-            raise ValueError(f"{name} is {len(value)} characters long; the limit is {MAX_ID_LENGTH}")
+    problem = id_problem(name, value) if name in _ID_FIELDS else None
+    if problem:
+        raise ValueError(problem)
     return value
+
+
+def _check_keys(session_id: Any, partition_key: Any) -> None:
+    conflict = key_conflict(session_id, partition_key)
+    if conflict:
+        raise InvalidOperationError(conflict)
 
 
 def _check_encodable(name: str, value: str) -> None:
@@ -136,11 +158,7 @@ class Message:
         self.reply_to = _check_text("reply_to", reply_to)
         self.reply_to_session_id = _check_text("reply_to_session_id", reply_to_session_id)
         self.content_type = _check_text("content_type", content_type)
-        if session_id is not None and partition_key is not None and session_id != partition_key:
-            raise InvalidOperationError(
-                f"partition_key {partition_key!r} differs from session_id {session_id!r}; "
-                "on a session message the partition key must equal the session id or be left unset"
-            )
+        _check_keys(session_id, partition_key)
         self.time_to_live: timedelta | None = None
         if time_to_live is not None:
             ttl = _check_ttl(time_to_live)
@@ -168,12 +186,7 @@ class Message:
             value = getattr(self, name)
             if value is not None:
                 wire[name] = _check_text(name, value)
-        session_id, partition_key = wire.get("session_id"), wire.get("partition_key")
-        if session_id is not None and partition_key is not None and session_id != partition_key:
-            raise InvalidOperationError(
-                f"partition_key {partition_key!r} differs from session_id {session_id!r}; "
-                "on a session message the partition key must equal the session id or be left unset"
-            )
+        _check_keys(wire.get("session_id"), wire.get("partition_key"))
         if self.application_properties:
             for key, value in self.application_properties.items():
                 check_property(key, value)

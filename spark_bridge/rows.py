@@ -17,7 +17,8 @@ from typing import Any, Iterable, Mapping, Sequence
 import pyarrow as pa
 
 from ray_broker.errors import InvalidArgumentError
-from ray_broker.message import MAX_ID_LENGTH, ReceivedMessage, check_property, envelope_from_wire
+from ray_broker.message import (MAX_ID_LENGTH, ReceivedMessage, check_property, envelope_from_wire, id_problem,
+                                key_conflict)
 from ray_broker.routing import partition_of
 
 JSON_CONTENT_TYPE = "application/json"
@@ -174,25 +175,22 @@ _WIRE_KEY_ORDER = ("message_id", "session_id", "partition_key")
 
 
 def _ids(name: str, column: pa.ChunkedArray) -> list[str | None]:
-    """A key column's values as text, each within the length a message id or key may have."""
+    """A key column's values as text, each fit to be a message's `name` (`message.id_problem`)."""
     values = _texts(column)
     if max(map(len, filter(None, values)), default=0) > MAX_ID_LENGTH:
-        row = next(i for i, v in enumerate(values) if v is not None and len(v) > MAX_ID_LENGTH)
-        raise InvalidArgumentError(
-            f"row {row} does not make a valid message: its {name} is {len(values[row])} characters long; "
-            f"the limit is {MAX_ID_LENGTH}")
+        row, problem = next((i, p) for i, v in enumerate(values) if v is not None and (p := id_problem(name, v)))
+        raise InvalidArgumentError(f"row {row} does not make a valid message: {problem}")
     return values
 
 
 def _check_session_keys(keys: Mapping[str, list[str | None]]) -> None:
-    """A row's partition key, where it has one, must be its session id."""
+    """A row's partition key, where it has one, must be its session id (`message.key_conflict`)."""
     if "session_id" not in keys or "partition_key" not in keys:
         return
     for row, (session_id, partition_key) in enumerate(zip(keys["session_id"], keys["partition_key"])):
-        if session_id is not None and partition_key is not None and session_id != partition_key:
-            raise InvalidArgumentError(
-                f"row {row} does not make a valid message: its partition_key {partition_key!r} differs from its "
-                f"session_id {session_id!r}; a session message's partition key must equal its session id or be null")
+        conflict = key_conflict(session_id, partition_key)
+        if conflict:
+            raise InvalidArgumentError(f"row {row} does not make a valid message: {conflict}")
 
 
 def _encode_rows(bodies: list[bytes], keys: Mapping[str, list[str | None]], content_type: str | None,

@@ -9,6 +9,7 @@ from typing import Mapping
 import xxhash
 
 from ..errors import InvalidOperationError
+from ..message import key_conflict
 
 COUNTER_BITS = 48
 COUNTER_MASK = (1 << COUNTER_BITS) - 1
@@ -23,11 +24,9 @@ def resolve_partition_key(message: Mapping[str, object], *, duplicate_detection:
     session_id = message.get("session_id")
     partition_key = message.get("partition_key")
     if session_id is not None:
-        if partition_key is not None and partition_key != session_id:
-            raise InvalidOperationError(
-                f"partition_key {partition_key!r} differs from session_id {session_id!r}; "
-                "on a session message the partition key must equal the session id or be left unset"
-            )
+        conflict = key_conflict(session_id, partition_key)
+        if conflict:
+            raise InvalidOperationError(conflict)
         return str(session_id)
     if partition_key is not None:
         return str(partition_key)

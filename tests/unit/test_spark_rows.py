@@ -127,7 +127,7 @@ def test_columns_lists_each_column_once() -> None:
 @pytest.mark.parametrize(("columns", "spec", "error"), [
     ({"key": ["k", "k" * 129]}, WriteSpec(partition_key="key"), "row 1 .* partition_key is 129 characters long"),
     ({"s": ["a", "b"], "p": ["a", "c"]}, WriteSpec(session_id="s", partition_key="p"),
-     "row 1 .* partition_key 'c' differs from its session_id 'b'"),
+     "row 1 .* partition_key 'c' differs from session_id 'b'"),
     ({"big": pa.array([1, 1 << 63], pa.uint64())}, WriteSpec(properties=["big"]),
      "row 1 .* does not fit in a signed 64-bit integer"),
     ({"m": pa.array([[("k", [1])]], pa.map_(pa.string(), pa.list_(pa.int64())))}, WriteSpec(properties="m"),
