@@ -18,8 +18,8 @@ from .rows import JSON_SCHEMA, READ_SCHEMA, json_table_from_messages, table_from
 RECEIVE_PAGE = 8000
 """Messages asked for in one receive call; each answer becomes one block."""
 RECEIVE_TASKS = 4
-"""The most read tasks in "receive" mode: every receiver takes messages from every partition, so
-more tasks only add processes and silent waits at the end."""
+"""The most read tasks in "receive" mode, each taking the messages of its share of the partitions:
+more tasks only add processes, and silent waits at the end."""
 PEEK_PAGE = 1000
 """Messages asked for in one peek call (every partition after the one read answers one too)."""
 
@@ -54,7 +54,8 @@ class EntityDatasource(Datasource):
         entity: the queue, or the topic of `subscription`; it must exist.
         mode: "peek" browses without consuming, one read task per partition, each reading its
             partition's messages in sequence-number order; "receive" consumes, with up to
-            `RECEIVE_TASKS` read tasks (receivers take from every partition): each receives
+            `RECEIVE_TASKS` read tasks, each emptying its share of the partitions (with
+            `max_messages`, each takes its share of the count from all of them): each receives
             (peek-lock) and completes a block's messages once the block is handed to Ray Data,
             so a task that dies leaves them to be delivered again.
         subscription: the subscription to read, when `entity` is a topic.
@@ -102,9 +103,16 @@ class EntityDatasource(Datasource):
             fns = [self._peek_fn(k, end, limit) for k, (end, limit) in self._peek_ranges().items() if limit != 0]
         else:
             tasks = max(1, min(self.most_tasks, parallelism if parallelism > 0 else 1))
-            fns = [self._receive_fn(share) for share in self._shares(tasks) if share != 0]
+            fns = [self._receive_fn(self._receive_partitions(i, tasks), share)
+                   for i, share in enumerate(self._shares(tasks)) if share != 0]
         metadata = BlockMetadata(num_rows=None, size_bytes=None, exec_stats=None, input_files=None)
         return [ReadTask(fn, metadata, schema=self._schema, per_task_row_limit=per_task_row_limit) for fn in fns]
+
+    def _receive_partitions(self, task: int, tasks: int) -> tuple[int, ...] | None:
+        """The partitions receive task `task` of `tasks` empties: every `tasks`-th one, so that
+        each partition serves one reader (fewer, larger calls); with `max_messages`, every task
+        takes its share of the count from all of them (None)."""
+        return self._entity.partitions[task::tasks] if self._max_messages is None else None
 
     def _shares(self, tasks: int) -> list[int | None]:
         """Each receive task's share of `max_messages` (None: no limit)."""
@@ -152,13 +160,13 @@ class EntityDatasource(Datasource):
 
         return read
 
-    def _receive_fn(self, share: int | None) -> Callable[[], Iterator[pa.Table]]:
+    def _receive_fn(self, partitions: tuple[int, ...] | None, share: int | None) -> Callable[[], Iterator[pa.Table]]:
         ns, entity, wait, table = self._ns, self._entity, self._max_wait_time, self._table()
 
         def read() -> Iterator[pa.Table]:
             freeze_startup_objects()
             left = share
-            with entity.receiver(ns, wait) as receiver:
+            with entity.receiver(ns, wait, partitions) as receiver:
                 while left is None or left > 0:
                     page = receiver.receive_messages(RECEIVE_PAGE if left is None else min(RECEIVE_PAGE, left))
                     if not page:

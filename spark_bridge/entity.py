@@ -39,12 +39,15 @@ class Entity:
         """A sender to the entity from an async namespace handle (`ray_broker.aio.Namespace`)."""
         return ns.get_queue_sender(self.name) if self.kind == "queue" else ns.get_topic_sender(self.name)
 
-    def receiver(self, ns: rb.Namespace, max_wait_time: float | None) -> rb.Receiver:
-        """A peek-lock receiver of the queue or subscription."""
+    def receiver(self, ns: rb.Namespace, max_wait_time: float | None,
+                 partitions: tuple[int, ...] | None = None) -> rb.Receiver:
+        """A peek-lock receiver of the queue or subscription (taking messages from `partitions`
+        only, when given)."""
         if self.subscription is None:
-            return ns.get_queue_receiver(self.name, receive_mode=ReceiveMode.PEEK_LOCK, max_wait_time=max_wait_time)
+            return ns.get_queue_receiver(self.name, receive_mode=ReceiveMode.PEEK_LOCK, max_wait_time=max_wait_time,
+                                         partitions=partitions)
         return ns.get_subscription_receiver(self.name, self.subscription, receive_mode=ReceiveMode.PEEK_LOCK,
-                                            max_wait_time=max_wait_time)
+                                            max_wait_time=max_wait_time, partitions=partitions)
 
     def describe(self) -> str:
         """The entity in words, for messages."""

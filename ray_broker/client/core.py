@@ -53,11 +53,14 @@ class ReceiveTarget:
     session_id: str | SessionFilter | None
     prefetch_count: int
     max_wait_time: float
+    partitions: tuple[int, ...] | None = None
+    """The partitions it takes messages from (None: all), as sequence numbers name them."""
 
 
 def receive_target(entity: str, *, receive_mode: Any, sub_queue: Any, session_id: Any, prefetch_count: Any,
-                   max_wait_time: Any) -> ReceiveTarget:
-    """Validate receiver arguments (sub-queue paths included) into a `ReceiveTarget`."""
+                   max_wait_time: Any, partitions: Any = None, partition_count: int = 1) -> ReceiveTarget:
+    """Validate receiver arguments (sub-queue paths included) into a `ReceiveTarget`; `partitions`
+    are checked against the namespace's `partition_count`."""
     if not isinstance(entity, str):
         raise InvalidArgumentError(f"entity name must be a str, not {type(entity).__name__}")
     lowered = entity.lower()
@@ -86,8 +89,24 @@ def receive_target(entity: str, *, receive_mode: Any, sub_queue: Any, session_id
                     f"session_id must be a non-empty str of at most 128 characters or NEXT_AVAILABLE_SESSION, got {session_id!r}")
     if isinstance(prefetch_count, bool) or not isinstance(prefetch_count, int) or not 0 <= prefetch_count <= MAX_RECEIVE_COUNT:
         raise InvalidArgumentError(f"prefetch_count must be an int from 0 to {MAX_RECEIVE_COUNT}, got {prefetch_count!r}")
+    if partitions is not None and session_id is not None:
+        raise InvalidOperationError("a session receiver reads the partition of its session; open it without partitions")
     return ReceiveTarget(entity, SUB_QUEUE_NUMBERS[sub_queue], mode, session_id, prefetch_count,
-                         wait_seconds(max_wait_time, DEFAULT_MAX_WAIT_S))
+                         wait_seconds(max_wait_time, DEFAULT_MAX_WAIT_S),
+                         None if partitions is None else partition_share(partitions, partition_count))
+
+
+def partition_share(partitions: Any, partition_count: int) -> tuple[int, ...]:
+    """Partition indexes a receiver takes messages from: distinct ints from 0 to `partition_count`
+    - 1, at least one, in order."""
+    if isinstance(partitions, (str, bytes)) or not isinstance(partitions, Iterable):
+        raise InvalidArgumentError(f"partitions must be a collection of partition indexes, got {partitions!r}")
+    share = list(partitions)
+    if not share or any(isinstance(k, bool) or not isinstance(k, int) or not 0 <= k < partition_count for k in share):
+        raise InvalidArgumentError(
+            f"partitions must name at least one partition, each an int from 0 to {partition_count - 1}, "
+            f"got {partitions!r}")
+    return tuple(sorted(set(share)))
 
 
 def wait_seconds(value: Any, default: float) -> float:

@@ -112,9 +112,9 @@ class DirectLink:
         return self._on_loop("send", (entity, envelopes, left, producer), left)
 
     def _receive_now(self, router: Router, args: tuple[Any, ...], timeout: float) -> Any:
-        receiver_id, entity, subq, mode, session, count, wait, prefetch, settlements = args
+        receiver_id, entity, subq, mode, session, count, wait, prefetch, settlements, partitions = args
         started = time.monotonic()
-        done = receive_now(router, receiver_id, entity, subq, mode, session, count, prefetch, settlements)
+        done = receive_now(router, receiver_id, entity, subq, mode, session, count, prefetch, settlements, partitions)
         if done is None:
             return self._on_loop("receive", args, timeout)
         if done.complete:
@@ -122,7 +122,7 @@ class DirectLink:
         got = len(done.reply["messages"])
         left = 0.0 if got else max(wait - (time.monotonic() - started), 0.0)
         later = self._on_loop("receive", (receiver_id, entity, subq, mode, session, count - got, left, prefetch,
-                                          [settlements[i] for i in done.rest]), left)
+                                          [settlements[i] for i in done.rest], partitions), left)
         return done.merged(later)
 
     def _on_loop(self, operation: str, args: tuple[Any, ...], timeout: float) -> Any:

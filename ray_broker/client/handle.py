@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, Iterable, TypeVar
 
 from ..config import NamespaceConfig
 from ..entities import check_entity_name, check_subscription_name, subscription_path
@@ -107,11 +107,18 @@ class NamespaceBase(Generic[S, R, X]):
 
     def get_queue_receiver(self, queue_name: str, *, receive_mode: ReceiveMode = ReceiveMode.PEEK_LOCK,
                            sub_queue: Any = None, session_id: Any = None, prefetch_count: int = 0,
-                           max_wait_time: float | None = None) -> R:
+                           max_wait_time: float | None = None, partitions: Iterable[int] | None = None) -> R:
         """A receiver for a queue or its dead-letter sub-queue (paths like "q/$deadletterqueue" work too);
-        `InvalidOperationError` once this handle is closed."""
+        `InvalidOperationError` once this handle is closed.
+
+        `partitions` is for readers that share an entity out among themselves (the Spark bridge's
+        read tasks): the partition indexes, as sequence numbers name them (`rb.partition_of`; a
+        non-partitioned entity's are all 0), whose messages this receiver takes; None takes them
+        from every partition, as a receiver unaware of partitions does.
+        """
         target = receive_target(queue_name, receive_mode=receive_mode, sub_queue=sub_queue, session_id=session_id,
-                                prefetch_count=prefetch_count, max_wait_time=max_wait_time)
+                                prefetch_count=prefetch_count, max_wait_time=max_wait_time, partitions=partitions,
+                                partition_count=self.partition_count)
         receiver: R = self.receiver_class(self._link, self.sku, target)  # type: ignore[assignment]
         self._track(receiver)
         return receiver
@@ -126,13 +133,14 @@ class NamespaceBase(Generic[S, R, X]):
     def get_subscription_receiver(self, topic_name: str, subscription_name: str, *,
                                   receive_mode: ReceiveMode = ReceiveMode.PEEK_LOCK, sub_queue: Any = None,
                                   session_id: Any = None, prefetch_count: int = 0,
-                                  max_wait_time: float | None = None) -> R:
+                                  max_wait_time: float | None = None, partitions: Iterable[int] | None = None) -> R:
         """A receiver for a subscription or its dead-letter sub-queue; everything a queue receiver
         does (`InvalidOperationError` once this handle is closed)."""
         check_entity_name(topic_name, "topic")
         path = subscription_path(topic_name, check_subscription_name(subscription_name))
         return self.get_queue_receiver(path, receive_mode=receive_mode, sub_queue=sub_queue, session_id=session_id,
-                                       prefetch_count=prefetch_count, max_wait_time=max_wait_time)
+                                       prefetch_count=prefetch_count, max_wait_time=max_wait_time,
+                                       partitions=partitions)
 
 
 def _rebuild(cls: type[NamespaceBase[Any, Any, Any]], config: NamespaceConfig,

@@ -157,7 +157,7 @@ class ReceiverBase:
         ops = self._settlements.drain()
         try:
             reply = yield request("receive", self._key, target.entity, target.subq, target.mode.value, session, count,
-                                  wait, target.prefetch_count, ops, timeout=wait)
+                                  wait, target.prefetch_count, ops, target.partitions, timeout=wait)
         except BaseException as exc:
             if ops:
                 self._settlements.fail(exc, len(ops))

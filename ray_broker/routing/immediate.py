@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 from . import planner
 from .channel import PartitionUnavailable
@@ -75,7 +75,8 @@ class ReceiveRound:
 
 
 def receive_now(router: Router, receiver_id: str, entity: str, subq: int, mode: str, session: Session | None,
-                max_count: int, prefetch: int, settlements: list[list[Any]]) -> ReceiveRound | None:
+                max_count: int, prefetch: int, settlements: list[list[Any]],
+                partitions: Sequence[int] | None = None) -> ReceiveRound | None:
     """One round of `router.receive` on this thread: the receiver's cache, then the partitions
     known to hold messages, every carried settlement going in the same calls. Returns None (having
     done nothing) when the round would need the router's loop: no cached definition, waiting
@@ -85,7 +86,7 @@ def receive_now(router: Router, receiver_id: str, entity: str, subq: int, mode: 
     if definition is None or state.watches:
         return None
     session_id = None if session is None else session["session_id"]
-    hosts = router.receive_hosts(definition, session)
+    hosts = router.receive_hosts(definition, session, partitions)
     hints = router.hints(definition, subq, session_id)
     if not state.cache and not any(hints.get(k, True) for k in hosts):
         return None

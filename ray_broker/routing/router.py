@@ -316,10 +316,12 @@ class Router:
                                          None if session is None else session["partition"])
 
     async def receive(self, receiver_id: str, entity: str, subq: int, mode: str, session: Session | None,
-                      max_count: int, max_wait: float, prefetch: int, settlements: list[list[Any]]) -> dict[str, Any]:
+                      max_count: int, max_wait: float, prefetch: int, settlements: list[list[Any]],
+                      partitions: Sequence[int] | None = None) -> dict[str, Any]:
         """Apply the settlements the call carries, then return up to `max_count` messages: from the
-        receiver's cache, then from every partition known (or not yet known not) to hold messages at
-        once (the count shared out among them), waiting up to `max_wait` seconds for the first one to arrive. Returns
+        receiver's cache, then from every partition (of `partitions`, when given) known (or not yet
+        known not) to hold messages at once (the count shared out among them), waiting up to
+        `max_wait` seconds for the first one to arrive. Returns
         `{"messages": [...], "settled": [one result per settlement]}`.
 
         Settlements for a partition that serves the receive travel in the same partition call; the
@@ -331,7 +333,7 @@ class Router:
         state.harvest()
         out = state.take(max_count, time.time())
         session_id = None if session is None else session["session_id"]
-        hosts = self.receive_hosts(definition, session)
+        hosts = self.receive_hosts(definition, session, partitions)
         hints = self.hints(definition, subq, session_id)
         settled: list[Any] = [None] * len(settlements)
         pending = self.settlement_groups(definition, session, settlements)
@@ -372,9 +374,19 @@ class Router:
         state.last_used = self.clock()
         return receive_reply(out, settled)
 
-    def receive_hosts(self, definition: dict[str, Any], session: Session | None) -> list[int]:
-        """The partitions a receive reads: a held session's, else every one holding the entity."""
-        return [session["partition"]] if session is not None else planner.hosts(definition, self.count)
+    def receive_hosts(self, definition: dict[str, Any], session: Session | None,
+                      partitions: Sequence[int] | None = None) -> list[int]:
+        """The partitions a receive reads: a held session's, else every one holding the entity (of
+        `partitions`, when given: indexes as sequence numbers name them, so a non-partitioned
+        entity's home is 0)."""
+        if session is not None:
+            return [session["partition"]]
+        hosts = planner.hosts(definition, self.count)
+        if partitions is None:
+            return hosts
+        if not planner.is_partitioned(definition):
+            return hosts if 0 in partitions else []
+        return [k for k in hosts if k in partitions]
 
     def hints(self, definition: dict[str, Any], subq: int, session_id: str | None) -> dict[int, bool]:
         """Which partitions are known to hold messages of an entity's sub-queue (or session);

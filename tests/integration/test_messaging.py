@@ -83,6 +83,24 @@ def test_peek_up_to_a_partitions_next_sequence_number_sees_what_it_held(namespac
     namespace.delete_queue(queue_name)
 
 
+def test_receivers_sharing_out_the_partitions_each_get_only_their_own(namespace: rb.Namespace,
+                                                                      queue_name: str) -> None:
+    namespace.create_queue(queue_name, enable_partitioning=True)
+    with namespace.get_queue_sender(queue_name) as sender:
+        sender.send_messages([rb.Message(f"m{i}", partition_key=f"k{i}") for i in range(64)])
+    count = namespace.partition_count
+    got: list[list[rb.ReceivedMessage]] = []
+    for share in (range(0, count, 2), range(1, count, 2)):
+        with namespace.get_queue_receiver(queue_name, partitions=share, max_wait_time=1) as receiver:
+            mine = drain(receiver, expected=None)
+            assert {rb.partition_of(m.sequence_number) for m in mine} <= set(share)
+            got.append(mine)
+    assert sorted(m.body for part in got for m in part) == sorted(f"m{i}".encode() for i in range(64))
+    with pytest.raises(rb.errors.InvalidArgumentError, match="partitions"):
+        namespace.get_queue_receiver(queue_name, partitions=[count])
+    namespace.delete_queue(queue_name)
+
+
 def test_defer_and_receive_deferred_across_partitions(namespace: rb.Namespace, queue_name: str) -> None:
     namespace.create_queue(queue_name, enable_partitioning=True)
     with namespace.get_queue_sender(queue_name) as sender:

@@ -93,6 +93,16 @@ def test_session_choices() -> None:
             target("orders", session_id=bad)
 
 
+def test_a_share_of_the_partitions() -> None:
+    assert target("orders").partitions is None
+    assert target("orders", partitions=[12, 0, 4, 4], partition_count=16).partitions == (0, 4, 12)
+    for bad in ([], [16], [-1], [True], ["1"], 3, "0"):
+        with pytest.raises(InvalidArgumentError, match="partitions"):
+            target("orders", partitions=bad, partition_count=16)
+    with pytest.raises(InvalidOperationError, match="session"):
+        target("orders", session_id="s1", partitions=[0], partition_count=16)
+
+
 @pytest.mark.parametrize("kwargs", [
     {"receive_mode": "peeklock-ish"}, {"prefetch_count": -1}, {"prefetch_count": True},
     {"max_wait_time": -1}, {"max_wait_time": float("nan")}, {"max_wait_time": "5"},

@@ -57,6 +57,11 @@ def record(seq: int, *, lock_s: float = 60.0, session_id: str | None = None) -> 
             "locked_until": time.time() + lock_s, "delivery_count": 1, "session_id": session_id}
 
 
+SETTLEMENTS = 8
+"""Where a `receive` request carries the buffered settlements (after receiver, entity, sub-queue,
+mode, session, count, wait and prefetch; the receiver's partitions follow)."""
+
+
 def receiver(link: FakeLink, entity: str = "q", **kwargs: Any) -> ReceiverBase:
     args: dict[str, Any] = {"receive_mode": "peek_lock", "sub_queue": None, "session_id": None,
                             "prefetch_count": 0, "max_wait_time": None, **kwargs}
@@ -65,7 +70,7 @@ def receiver(link: FakeLink, entity: str = "q", **kwargs: Any) -> ReceiverBase:
 
 def receive_reply(*records: dict[str, Any]) -> Callable[..., dict[str, Any]]:
     """A `receive` answer with `records`, settling every carried settlement."""
-    return lambda *args: {"messages": list(records), "settled": [None] * len(args[-1])}
+    return lambda *args: {"messages": list(records), "settled": [None] * len(args[SETTLEMENTS])}
 
 
 # ---------------------------------------------------------------------- drivers
@@ -116,7 +121,7 @@ def test_a_receive_carries_buffered_settlements() -> None:
     with pytest.raises(MessageAlreadySettled):
         r._settle(first, "complete")
     run(link, r._receive(1, 0))
-    carried = link.calls[-1].args[-1]
+    carried = link.calls[-1].args[SETTLEMENTS]
     assert carried == [["complete", 1, (1).to_bytes(16, "big"), None, None],
                        ["dead_letter", 2, (2).to_bytes(16, "big"), "why", "details"]]
     assert len(r._settlements) == 0
@@ -148,7 +153,7 @@ def test_completing_a_whole_receive_page_waits_for_the_next_receive_to_carry_it(
     assert Flush.NOW not in decisions
     run(link, r._receive(1, 1))
     assert link.operations() == ["receive", "receive"]
-    assert [op[1] for op in link.calls[-1].args[-1]] == list(range(1, MAX_RECEIVE_COUNT + 1))
+    assert [op[1] for op in link.calls[-1].args[SETTLEMENTS]] == list(range(1, MAX_RECEIVE_COUNT + 1))
 
 
 def settled_message(seq: int) -> tuple[Any, list[Any]]:

@@ -129,6 +129,21 @@ async def test_a_receive_gathers_from_every_partition_in_one_call() -> None:
     assert {r["partition"] for r in reply["messages"]} == set(range(PARTITIONS))
 
 
+async def test_a_receiver_with_a_share_of_the_partitions_takes_messages_only_from_them() -> None:
+    setup = Setup()
+    setup.create()
+    for i in range(12):
+        await setup.router.send("q", envelopes(Message(f"m{i}", partition_key=key_for(i % PARTITIONS))), 5.0)
+    mine = await setup.router.receive("mine", "q", MAIN, PEEK_LOCK, None, 10, 0.0, 0, [], [1, 3])
+    assert sorted(partition_of(r["sequence_number"]) for r in mine["messages"]) == [1, 1, 1, 3, 3, 3]
+    assert setup.channel.calls[(0, "receive")] == setup.channel.calls[(2, "receive")] == 0
+    rest = await setup.router.receive("rest", "q", MAIN, PEEK_LOCK, None, 10, 0.0, 0, [], [0, 2])
+    assert sorted(partition_of(r["sequence_number"]) for r in rest["messages"]) == [0, 0, 0, 2, 2, 2]
+    lone = setup.router.receive_hosts(queue_definition("lone"), None, [0])
+    assert lone == setup.router.receive_hosts(queue_definition("lone"), None)
+    assert setup.router.receive_hosts(queue_definition("lone"), None, [1]) == []
+
+
 async def test_a_peek_with_an_end_asks_only_the_partitions_holding_its_range() -> None:
     setup = Setup()
     setup.create()
