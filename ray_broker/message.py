@@ -64,7 +64,8 @@ def _check_text(name: str, value: Any) -> str | None:
     return value
 
 
-def _check_keys(session_id: Any, partition_key: Any) -> None:
+def check_keys(session_id: Any, partition_key: Any) -> None:
+    """Raise `InvalidOperationError` when a message's session id and partition key differ."""
     conflict = key_conflict(session_id, partition_key)
     if conflict:
         raise InvalidOperationError(conflict)
@@ -158,7 +159,7 @@ class Message:
         self.reply_to = _check_text("reply_to", reply_to)
         self.reply_to_session_id = _check_text("reply_to_session_id", reply_to_session_id)
         self.content_type = _check_text("content_type", content_type)
-        _check_keys(session_id, partition_key)
+        check_keys(session_id, partition_key)
         self.time_to_live: timedelta | None = None
         if time_to_live is not None:
             ttl = _check_ttl(time_to_live)
@@ -186,7 +187,7 @@ class Message:
             value = getattr(self, name)
             if value is not None:
                 wire[name] = _check_text(name, value)
-        _check_keys(wire.get("session_id"), wire.get("partition_key"))
+        check_keys(wire.get("session_id"), wire.get("partition_key"))
         if self.application_properties:
             for key, value in self.application_properties.items():
                 check_property(key, value)

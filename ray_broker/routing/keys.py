@@ -8,8 +8,7 @@ from typing import Mapping
 
 import xxhash
 
-from ..errors import InvalidOperationError
-from ..message import key_conflict
+from ..message import check_keys
 
 COUNTER_BITS = 48
 COUNTER_MASK = (1 << COUNTER_BITS) - 1
@@ -24,9 +23,7 @@ def resolve_partition_key(message: Mapping[str, object], *, duplicate_detection:
     session_id = message.get("session_id")
     partition_key = message.get("partition_key")
     if session_id is not None:
-        conflict = key_conflict(session_id, partition_key)
-        if conflict:
-            raise InvalidOperationError(conflict)
+        check_keys(session_id, partition_key)
         return str(session_id)
     if partition_key is not None:
         return str(partition_key)
