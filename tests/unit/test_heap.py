@@ -26,4 +26,7 @@ def test_objects_alive_at_the_first_call_leave_the_collections_and_later_calls_c
     assert all(o is not kept for o in gc.get_objects())
     more = [[] for _ in range(100)]
     heap.freeze_startup_objects()
-    assert gc.get_freeze_count() == frozen and len(more) == 100
+    # Nothing more is frozen (the count may drop: other threads of the process free frozen objects).
+    assert gc.get_freeze_count() <= frozen
+    tracked = {id(o) for o in gc.get_objects()}
+    assert all(id(o) in tracked for o in more)
