@@ -21,7 +21,7 @@ RECEIVE_TASKS = 4
 """The most read tasks in "receive" mode, each taking the messages of its share of the partitions:
 more tasks only add processes, and silent waits at the end."""
 PEEK_PAGE = 1000
-"""Messages asked for in one peek call (every partition after the one read answers one too)."""
+"""Messages asked for in one peek call (of the one partition whose range the task reads)."""
 
 
 def peek_partition(receiver: rb.Receiver, start: int, end: int,
