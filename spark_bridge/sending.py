@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Sequence
 
 import ray_broker as rb
@@ -13,6 +14,9 @@ from .entity import Entity
 
 IN_FLIGHT = 8
 """The most send calls one writer keeps in flight (to different partitions, or unkeyed)."""
+BATCHES_PER_CALL = 8
+"""How many batches of a keyed group one send call carries (`send_message_batches`: one call and
+one store commit on the group's partition, each batch within the tier's limit)."""
 
 
 Envelope = dict[str, Any]
@@ -44,7 +48,16 @@ def send_all(sender: rb.Sender, messages: Iterable[rb.Message]) -> int:
     return sent
 
 
-def partition_groups(entity: Entity, envelopes: Sequence[Envelope]) -> list[list[Envelope]]:
+@dataclass
+class Group:
+    """Encoded messages a writer sends in order, apart from its other groups."""
+
+    envelopes: list[Envelope]
+    keyed: bool
+    """Whether they all go to one partition (so that one call can carry several of their batches)."""
+
+
+def partition_groups(entity: Entity, envelopes: Sequence[Envelope]) -> list[Group]:
     """The encoded messages split so that groups can be sent side by side without reordering a
     key's messages: keyed ones by the partition their key routes them to, in order; unkeyed ones in
     `IN_FLIGHT` groups of their own."""
@@ -60,10 +73,11 @@ def partition_groups(entity: Entity, envelopes: Sequence[Envelope]) -> list[list
         if partition is None:
             partition = partition_of_key[key] = partition_for_key(key, len(entity.partitions))
         keyed.setdefault(partition, []).append(envelope)
-    return list(keyed.values()) + [group for group in (unkeyed[i::IN_FLIGHT] for i in range(IN_FLIGHT)) if group]
+    return ([Group(group, True) for group in keyed.values()]
+            + [Group(group, False) for group in (unkeyed[i::IN_FLIGHT] for i in range(IN_FLIGHT)) if group])
 
 
-async def _send_groups(ns: rb.Namespace, entity: Entity, groups: list[list[Envelope]]) -> int:
+async def _send_groups(ns: rb.Namespace, entity: Entity, groups: list[Group]) -> int:
     import ray_broker.aio as rba
 
     handle = rba.Namespace(ns.config)
@@ -71,11 +85,13 @@ async def _send_groups(ns: rb.Namespace, entity: Entity, groups: list[list[Envel
     try:
         sender = entity.async_sender(handle)
 
-        async def send_group(group: list[Envelope]) -> int:
-            for batch in batches(sender, group):
+        async def send_group(group: Group) -> int:
+            packed = list(batches(sender, group.envelopes))
+            per_call = BATCHES_PER_CALL if group.keyed else 1    # an unkeyed call's batches would spread
+            for i in range(0, len(packed), per_call):
                 async with slots:
-                    await sender.send_messages(batch)
-            return len(group)
+                    await sender.send_message_batches(packed[i:i + per_call])
+            return len(group.envelopes)
 
         return sum(await asyncio.gather(*(send_group(g) for g in groups)))
     finally:

@@ -27,6 +27,16 @@ class Sender(SenderBase, Closing):
         """Send a message, a list of messages or a `MessageBatch` in one call."""
         await run_async(self._link, self._send(message, timeout, transaction))
 
+    async def send_message_batches(self, batches: list[Any], *, timeout: float | None = DEFAULT_TIMEOUT_S) -> None:
+        """Send several batches in as few calls as routing allows: each a `MessageBatch` (or a
+        message, or a list of messages, as `send_messages` takes), each stored whole on each
+        partition it reaches and retried under its own producer tag, so nothing is stored twice.
+        The batches' messages bound for one partition go in one call there and one store commit.
+        Every batch is checked before any is sent; a failure may leave earlier batches sent.
+        Bulk writers (the Spark sink) use it to cut the calls per message.
+        """
+        await run_async(self._link, self._send_batches(batches, timeout))
+
     async def send_idempotent(self, message: Any, *, producer_id: str, batch_number: int,
                               timeout: float | None = DEFAULT_TIMEOUT_S) -> None:
         """Send messages as batch `batch_number` of the idempotent producer `producer_id`.

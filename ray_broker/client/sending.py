@@ -57,6 +57,18 @@ class SenderBase:
             wait = wait_seconds(timeout, DEFAULT_TIMEOUT_S)
             yield request("send", self.entity_name, envelopes, wait, self._tag(), timeout=wait)
 
+    def _send_batches(self, batches: Any, timeout: float | None) -> Flow[None]:
+        self._check_open()
+        if isinstance(batches, MessageBatch) or not isinstance(batches, (list, tuple)):
+            raise InvalidArgumentError(
+                f"send_message_batches takes a list of batches, got {type(batches).__name__}; "
+                "send one batch with send_messages")
+        parts = [(envelopes, self._tag()) for envelopes in (envelopes_for_send(self._sku, b) for b in batches)
+                 if envelopes]
+        if parts:
+            wait = wait_seconds(timeout, DEFAULT_TIMEOUT_S)
+            yield request("send_batches", self.entity_name, parts, wait, timeout=wait)
+
     def _send_idempotent(self, message: Any, producer_id: str, batch_number: int,
                          timeout: float | None) -> Flow[None]:
         self._check_open()

@@ -44,8 +44,9 @@ AWAY_HOLD_S = 30.0
 (its node is likely lost, not restarting)."""
 GATHER_WINDOW_S = 0.003
 """After the first waiting receive brings messages, how long the others get to bring theirs."""
-DATA_OPERATIONS = frozenset({"send", "cancel_scheduled", "receive", "settle", "close_receiver", "receive_deferred",
-                             "peek", "accept_session", "session_call", "commit_transaction", "definition"})
+DATA_OPERATIONS = frozenset({"send", "send_batches", "cancel_scheduled", "receive", "settle", "close_receiver",
+                             "receive_deferred", "peek", "accept_session", "session_call", "commit_transaction",
+                             "definition"})
 """The router methods that clients call (a definition too: a direct client keeps its own cache of
 them); everything else a gateway serves is management."""
 DEFINITION_TTL_S = 2.0
@@ -121,11 +122,16 @@ class Router:
 
     async def keyed(self, index: int, operation: str, *args: Any, deadline: float, entity: str | None = None) -> Any:
         """Call partition `index`, retrying it with back-off until `deadline`; never another partition."""
+        return (await self.keyed_calls(index, [(operation, args)], deadline=deadline, entity=entity))[0]
+
+    async def keyed_calls(self, index: int, calls: Sequence[Call], *, deadline: float,
+                          entity: str | None = None) -> list[Any]:
+        """`keyed` with several operations in one round trip (one commit); results in order."""
         attempt = 0
         while True:
             remaining = deadline - self.clock()
             try:
-                return await self.call_one(index, operation, *args, timeout=remaining)
+                return await self.call(index, calls, timeout=remaining)
             except PartitionUnavailable as exc:
                 delay = RETRY_BACKOFF.delay(attempt)
                 attempt += 1
@@ -201,23 +207,38 @@ class Router:
         reply) with the original sequence numbers, storing nothing twice. An unkeyed batch with
         a tag starts at the partition the tag hashes to, so a retry goes where the batch went.
         """
+        return (await self.send_batches(entity, [(envelopes, producer)], timeout))[0]
+
+    async def send_batches(self, entity: str, batches: Sequence[tuple[list[dict[str, Any]], tuple[str, int] | None]],
+                           timeout: float) -> list[list[int | None]]:
+        """Store several batches, each as `send` stores it (under its own producer tag), in as few
+        partition calls as routing allows: the keyed parts of every batch bound for one partition
+        go in one call there (one store commit); unkeyed parts spread batch by batch. Every batch
+        is checked before any is sent. Returns each batch's sequence numbers."""
         deadline = self.clock() + timeout
         definition = await self.definition(entity)
-        keyed, unkeyed = self.plan_send(definition, envelopes)
-        result: list[int | None] = [None] * len(envelopes)
+        plans = [self.plan_send(definition, envelopes) for envelopes, _ in batches]
+        results: list[list[int | None]] = [[None] * len(envelopes) for envelopes, _ in batches]
+        shares: dict[int, list[tuple[int, list[int]]]] = {}
+        for b, (keyed, _) in enumerate(plans):
+            for k, indexes in keyed.items():
+                shares.setdefault(k, []).append((b, indexes))
 
-        async def to_partition(k: int, indexes: list[int]) -> None:
-            seqs = await self.keyed(k, "send", entity, [envelopes[i] for i in indexes], producer, deadline=deadline,
-                                    entity=entity)
-            self.place(result, indexes, seqs, definition, k)
+        async def to_partition(k: int, parts: list[tuple[int, list[int]]]) -> None:
+            calls = [("send", (entity, [batches[b][0][i] for i in indexes], batches[b][1])) for b, indexes in parts]
+            replies = await self.keyed_calls(k, calls, deadline=deadline, entity=entity)
+            for (b, indexes), seqs in zip(parts, replies):
+                self.place(results[b], indexes, seqs, definition, k)
 
-        jobs: list[Awaitable[None]] = [to_partition(k, idx) for k, idx in keyed.items()]
-        if unkeyed:
-            start = next(self._spread) if producer is None else planner.spread_start(producer, self.count)
-            jobs.append(self._send_spread(definition, [envelopes[i] for i in unkeyed], unkeyed, result, deadline,
-                                          start % self.count, planner.unkeyed_tag(producer)))
+        jobs: list[Awaitable[None]] = [to_partition(k, parts) for k, parts in shares.items()]
+        for b, (_, unkeyed) in enumerate(plans):
+            if unkeyed:
+                envelopes, producer = batches[b]
+                start = next(self._spread) if producer is None else planner.spread_start(producer, self.count)
+                jobs.append(self._send_spread(definition, [envelopes[i] for i in unkeyed], unkeyed, results[b],
+                                              deadline, start % self.count, planner.unkeyed_tag(producer)))
         await asyncio.gather(*jobs)
-        return result
+        return results
 
     def plan_send(self, definition: dict[str, Any],
                   envelopes: list[dict[str, Any]]) -> tuple[dict[int, list[int]], list[int]]:

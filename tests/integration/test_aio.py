@@ -92,6 +92,19 @@ async def test_send_receive_complete_with_async_for_and_batches(ans: rba.Namespa
     await ans.delete_queue(queue_name)
 
 
+async def test_several_batches_in_one_send(ans: rba.Namespace, queue_name: str) -> None:
+    await ans.create_queue(queue_name, enable_partitioning=True)
+    async with ans.get_queue_sender(queue_name) as sender:
+        batches = [[rb.Message(f"{b}-{i}", partition_key=f"k{i % 2}") for i in range(10)] for b in range(3)]
+        await sender.send_message_batches(batches + [rb.Message("free")])
+    async with ans.get_queue_receiver(queue_name, max_wait_time=2) as receiver:
+        got = await receive(receiver, 31)
+        for message in got:
+            await receiver.complete_message(message)
+    assert sorted(str(m) for m in got) == sorted([f"{b}-{i}" for b in range(3) for i in range(10)] + ["free"])
+    await ans.delete_queue(queue_name)
+
+
 async def test_a_settlement_is_sent_by_the_loop_without_another_call(
         ans: rba.Namespace, namespace: rb.Namespace, queue_name: str) -> None:
     await ans.create_queue(queue_name)

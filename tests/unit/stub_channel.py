@@ -30,6 +30,7 @@ class StubChannel:
         """Partitions whose next call runs but whose reply is lost (as when a partition dies after
         its commit)."""
         self.calls: Counter[tuple[int, str]] = Counter()
+        self.round_trips: Counter[int] = Counter()
         self._events = [asyncio.Event() for _ in range(partition_count)]
         self._ended: set[tuple[int, str]] = set()
 
@@ -56,6 +57,7 @@ class StubChannel:
 
     def _run(self, index: int, calls: Sequence[Call]) -> list[Any]:
         self._check(index)
+        self.round_trips[index] += 1
         results = []
         for operation, args in calls:
             self.calls[(index, operation)] += 1

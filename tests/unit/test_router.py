@@ -10,7 +10,7 @@ import pytest
 
 from ray_broker import Message
 from ray_broker.clock import ManualClock
-from ray_broker.errors import PartitionUnavailableError
+from ray_broker.errors import InvalidOperationError, PartitionUnavailableError
 from ray_broker.protocol import MAIN, PEEK_LOCK
 from ray_broker.routing import make_sequence_number, partition_for_key, partition_of
 from ray_broker.routing.planner import spread_start
@@ -179,6 +179,44 @@ async def test_keyed_and_unkeyed_parts_of_one_tagged_send_on_one_partition_are_b
     assert len(set(seqs)) == 3 and setup.counts() == [3]
     assert await setup.router.send("q", batch, 5.0, ("producer", 1)) == seqs, "a retry is answered, not stored"
     assert setup.counts() == [3]
+
+
+async def test_batches_sent_together_take_one_call_per_partition_and_keep_their_own_tags() -> None:
+    setup = Setup()
+    setup.create()
+    keys = [key_for(1), key_for(3)]
+    batches = [(envelopes(*(Message(f"b{b}-{i}", partition_key=keys[i % 2]) for i in range(6))), ("p", b))
+               for b in range(3)]
+    batches.append((envelopes(*(Message(f"free-{i}") for i in range(4))), ("p", 3)))
+    seqs = await setup.router.send_batches("q", batches, 5.0)
+    assert [len(s) for s in seqs] == [6, 6, 6, 4] and len({s for batch in seqs for s in batch}) == 22
+    assert all(partition_of(s) == (1, 3)[i % 2] for batch in seqs[:3] for i, s in enumerate(batch))
+    assert setup.channel.round_trips[1] == setup.channel.round_trips[3] == 1, "three batches' shares in one call"
+    assert len({partition_of(s) for s in seqs[3]}) == 1, "the unkeyed batch went to one partition"
+    again = await setup.router.send_batches("q", batches[1:3] + [(batches[0][0], ("p", 9))], 5.0)
+    assert again[:2] == seqs[1:3], "a repeated batch is answered with its first sequence numbers"
+    assert not set(again[2]) & set(seqs[0]), "a new tag stores the batch again"
+    assert sum(setup.counts()) == 28
+    assert (await setup.router.send("q", batches[0][0], 5.0, ("p", 0))) == seqs[0], "one tag, one batch"
+
+
+async def test_batches_sent_together_are_all_checked_before_any_is_sent() -> None:
+    setup = Setup()
+    setup.create(requires_session=True)
+    good = envelopes(Message("a", session_id="s1"))
+    with pytest.raises(InvalidOperationError, match="session"):
+        await setup.router.send_batches("q", [(good, ("p", 0)), (envelopes(Message("b")), ("p", 1))], 5.0)
+    assert setup.counts() == [0, 0, 0, 0]
+
+
+async def test_batches_sent_together_wait_for_a_keyed_partition_that_is_down() -> None:
+    setup = Setup()
+    setup.create()
+    setup.channel.down.add(2)
+    batch = envelopes(Message("a", partition_key=key_for(2)))
+    with pytest.raises(PartitionUnavailableError) as failed:
+        await setup.router.send_batches("q", [(batch, ("p", 0)), (batch, ("p", 1))], timeout=3.0)
+    assert failed.value.partition == 2 and setup.counts() == [0, 0, 0, 0]
 
 
 def test_a_senders_successive_unkeyed_batches_go_round_the_partitions() -> None:

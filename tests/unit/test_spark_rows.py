@@ -196,8 +196,8 @@ def test_partition_groups_keep_each_key_in_order() -> None:
     envelopes = [Message(f"{i}".encode(), partition_key=f"k{i % 5}" if i % 3 else None).to_envelope()
                  for i in range(300)]
     groups = partition_groups(entity, envelopes)
-    assert sorted(e["payload"] for g in groups for e in g) == sorted(e["payload"] for e in envelopes)
-    for group in groups:
+    assert sorted(e["payload"] for g in groups for e in g.envelopes) == sorted(e["payload"] for e in envelopes)
+    for group in [g.envelopes for g in groups]:
         keys = {e.get("partition_key") for e in group}
         assert None not in keys or keys == {None}                   # unkeyed ones apart from keyed ones
         if None not in keys:
@@ -205,4 +205,5 @@ def test_partition_groups_keep_each_key_in_order() -> None:
         for key in keys - {None}:
             bodies = [int(w["body"]) for w in sent([e for e in group if e.get("partition_key") == key])]
             assert bodies == sorted(bodies)
-    assert sum(1 for g in groups if g[0].get("partition_key") is None) == IN_FLIGHT
+    assert sum(1 for g in groups if g.envelopes[0].get("partition_key") is None) == IN_FLIGHT
+    assert all(g.keyed == (g.envelopes[0].get("partition_key") is not None) for g in groups)
