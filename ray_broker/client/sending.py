@@ -4,16 +4,17 @@ The sync `Sender` and the async one (`ray_broker.aio`) run these flows; imports 
 """
 from __future__ import annotations
 
-import itertools
+import threading
 import uuid
 from datetime import datetime
 from typing import Any
 
 from ..errors import InvalidArgumentError, InvalidOperationError
 from ..protocol import NAMED_PRODUCER_PREFIX
+from ..routing.planner import next_window
 from ..sku import Sku
 from .core import DEFAULT_TIMEOUT_S, MessageBatch, envelopes_for_send, new_batch, schedule_epoch, sequence_list, wait_seconds
-from .flow import Flow, Link, request
+from .flow import Call, Flow, Link, request
 from .transacting import check_transaction
 
 
@@ -30,14 +31,32 @@ class SenderBase:
         self._link = link
         self._sku = sku
         self._producer = uuid.uuid4().hex
-        self._batches = itertools.count()
+        self._next_batch = 0
+        self._in_flight = 0
+        self._tags = threading.Lock()
         self.entity_name = entity
         self._closed = False
 
     def _tag(self) -> tuple[str, int]:
         """The next batch's producer tag: every retry of one call repeats it, and a partition that
-        already stored the batch answers with the first reply instead of storing it again."""
-        return self._producer, next(self._batches)
+        already stored the batch answers with the first reply instead of storing it again.
+        Successive batches take successive numbers (their unkeyed messages keep to one partition
+        a while: `planner.spread_start`); a batch sent while another send of this sender is still
+        in flight starts a new window of numbers, so that concurrent sends go to different partitions."""
+        with self._tags:
+            number = next_window(self._next_batch) if self._in_flight else self._next_batch
+            self._next_batch = number + 1
+        return self._producer, number
+
+    def _sending(self, call: Call) -> Flow[Any]:
+        """Make a send call, counted as in flight (see `_tag`) until it answers or fails."""
+        with self._tags:
+            self._in_flight += 1
+        try:
+            return (yield call)
+        finally:
+            with self._tags:
+                self._in_flight -= 1
 
     def _check_open(self) -> None:
         if self._closed:
@@ -55,7 +74,7 @@ class SenderBase:
             yield from check_transaction(transaction)._stage_send(self._link, self.entity_name, envelopes)
         elif envelopes:
             wait = wait_seconds(timeout, DEFAULT_TIMEOUT_S)
-            yield request("send", self.entity_name, envelopes, wait, self._tag(), timeout=wait)
+            yield from self._sending(request("send", self.entity_name, envelopes, wait, self._tag(), timeout=wait))
 
     def _send_batches(self, batches: Any, timeout: float | None) -> Flow[None]:
         self._check_open()
@@ -67,7 +86,7 @@ class SenderBase:
                  if envelopes]
         if parts:
             wait = wait_seconds(timeout, DEFAULT_TIMEOUT_S)
-            yield request("send_batches", self.entity_name, parts, wait, timeout=wait)
+            yield from self._sending(request("send_batches", self.entity_name, parts, wait, timeout=wait))
 
     def _send_idempotent(self, message: Any, producer_id: str, batch_number: int,
                          timeout: float | None) -> Flow[None]:
@@ -79,8 +98,8 @@ class SenderBase:
         envelopes = envelopes_for_send(self._sku, message)
         if envelopes:
             wait = wait_seconds(timeout, DEFAULT_TIMEOUT_S)
-            yield request("send", self.entity_name, envelopes, wait, (NAMED_PRODUCER_PREFIX + producer_id, batch_number),
-                          timeout=wait)
+            yield from self._sending(request("send", self.entity_name, envelopes, wait,
+                                             (NAMED_PRODUCER_PREFIX + producer_id, batch_number), timeout=wait))
 
     def _schedule(self, messages: Any, schedule_time_utc: datetime, timeout: float | None) -> Flow[list[int]]:
         self._check_open()
@@ -88,7 +107,7 @@ class SenderBase:
         if not envelopes:
             return []
         wait = wait_seconds(timeout, DEFAULT_TIMEOUT_S)
-        seqs = yield request("send", self.entity_name, envelopes, wait, self._tag(), timeout=wait)
+        seqs = yield from self._sending(request("send", self.entity_name, envelopes, wait, self._tag(), timeout=wait))
         return [int(s) for s in seqs if s is not None]
 
     def _cancel_scheduled(self, sequence_numbers: int | list[int], timeout: float | None) -> Flow[None]:

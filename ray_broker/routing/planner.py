@@ -95,11 +95,25 @@ def plan_send(definition: Definition, envelopes: Sequence[Mapping[str, Any]],
     return keyed, unkeyed
 
 
+STICKY_BATCHES = 16
+"""How many successive batch numbers of a sender share a partition for their unkeyed messages
+before the next window of numbers moves on to the next partition. A sender sending one batch
+after another keeps to one partition a while (its store warm, and a receiver taking the batches
+carries the settlements of the last to that same partition), and still goes round them all."""
+
+
 def spread_start(producer: tuple[str, int], partition_count: int) -> int:
     """Where an unkeyed batch tagged `producer` (sender id, batch number) goes first: the same
-    partition for every retry of that batch, and the next partition for the sender's next batch
-    (round robin from where the sender's id hashes to)."""
-    return (partition_for_key(producer[0], partition_count) + producer[1]) % partition_count
+    partition for every retry of that batch; a sender's window of `STICKY_BATCHES` numbers to one
+    partition, and its next window to the next (round robin from where the sender's id hashes to)."""
+    return (partition_for_key(producer[0], partition_count) + producer[1] // STICKY_BATCHES) % partition_count
+
+
+def next_window(batch_number: int) -> int:
+    """The first batch number of a window that `batch_number - 1` is not in: `batch_number` when
+    it starts one, else the start of the next (a batch sent beside one still in flight takes it,
+    so concurrent sends of one sender spread over partitions)."""
+    return -(-batch_number // STICKY_BATCHES) * STICKY_BATCHES
 
 
 def unkeyed_tag(producer: tuple[str, int] | None) -> tuple[str, int] | None:

@@ -4,8 +4,8 @@ One implementation, used by the gateway (for callers without partition handles) 
 every client (which then sends and receives straight from partitions):
 - keyed work goes to its partition and is retried there with back-off until the caller's
   deadline, then `PartitionUnavailableError`; it is never rerouted;
-- an unkeyed batch goes to one partition (spread round-robin) and moves to another when that one
-  is unavailable;
+- an unkeyed batch goes to one partition (round robin, a sender's window of batches at a time:
+  `planner.spread_start`) and moves to another when that one is unavailable;
 - a receive is served from the partitions known to hold messages, with the receiver's carried
   settlements in the same partition call, and waits on every host partition at once (no polling)
   when none has any.

@@ -17,6 +17,7 @@ from ray_broker.client.core import MAX_RECEIVE_COUNT, Flush, SettlementBuffer, r
 from ray_broker.client.flow import Call, drive, request, run, run_async
 from ray_broker.client.receiving import ReceiverBase, SessionBase, check_renewable
 from ray_broker.client.sending import SenderBase
+from ray_broker.routing.planner import STICKY_BATCHES
 from ray_broker.errors import (
     InvalidArgumentError,
     InvalidOperationError,
@@ -280,6 +281,35 @@ def test_sender_flows() -> None:
     assert tags == [(sender._producer, 0), (sender._producer, 1)], "each send call carries the next producer tag"
     with pytest.raises(InvalidArgumentError, match="ns.transaction()"):
         run(link, sender._send(Message("a"), None, object()))
+
+
+def test_a_send_beside_one_in_flight_starts_a_new_window_of_batch_numbers() -> None:
+    release = asyncio.Event()
+
+    async def answer(operation: str, *args: Any, timeout: float) -> Any:
+        link.calls.append(Call(operation, args, timeout))
+        if len(link.calls) == 1:
+            await release.wait()
+        return [1]
+
+    async def sends() -> None:
+        first = asyncio.ensure_future(run_async(link, sender._send(Message("a"), None, None)))
+        await asyncio.sleep(0)
+        second = asyncio.ensure_future(run_async(link, sender._send(Message("b"), None, None)))
+        await asyncio.sleep(0)
+        release.set()
+        await asyncio.gather(first, second)
+        await run_async(link, sender._send(Message("c"), None, None))
+        await run_async(link, sender._send(Message("d"), None, None))
+
+    link = FakeLink()
+    link.call_async = answer  # type: ignore[method-assign]
+    sender = SenderBase(link, STANDARD, "q")
+    asyncio.run(sends())
+    numbers = [c.args[3][1] for c in link.calls]
+    assert numbers == [0, STICKY_BATCHES, STICKY_BATCHES + 1, STICKY_BATCHES + 2], \
+        "the concurrent send takes the next window; sends one after another keep to theirs"
+    assert sender._in_flight == 0
 
 
 def test_an_idempotent_send_carries_the_named_producer_tag() -> None:

@@ -10,11 +10,13 @@ from ray_broker import Message
 from ray_broker.errors import MessagingEntityNotFoundError
 from ray_broker.protocol import MAIN, PEEK_LOCK
 from ray_broker.routing.immediate import receive_now, send_now
-from ray_broker.routing.planner import spread_start, unkeyed_tag
+from ray_broker.routing.planner import STICKY_BATCHES, spread_start, unkeyed_tag
 
 from .test_router import PARTITIONS, Setup, envelopes, key_for
 
 TAG = ("sender-1", 0)
+NEXT_WINDOW_TAG = ("sender-1", STICKY_BATCHES)
+"""The sender's first batch of its next window: on the partition after `TAG`'s."""
 
 
 async def ready(setup: Setup, name: str = "q", **options: Any) -> Setup:
@@ -90,7 +92,7 @@ async def test_a_receive_takes_what_a_known_partition_holds_and_carries_the_sett
     know_only(setup, spread_start(TAG, PARTITIONS))
     done = receive_now(setup.router, "r1", "q", MAIN, PEEK_LOCK, None, 10, 0, [])
     assert done is not None and done.complete and len(done.reply["messages"]) == 10
-    second = send_now(setup.router, "q", envelopes(*[Message(str(i)) for i in range(4)]), 5.0, ("sender-1", 1))
+    second = send_now(setup.router, "q", envelopes(*[Message(str(i)) for i in range(4)]), 5.0, NEXT_WINDOW_TAG)
     assert second is not None
     again = receive_now(setup.router, "r1", "q", MAIN, PEEK_LOCK, None, 10, 0, completes(done.reply))
     assert again is not None and again.complete
@@ -120,7 +122,7 @@ async def test_settlements_for_a_partition_that_does_not_answer_are_left_for_the
     know_only(setup, start)
     got = receive_now(setup.router, "r1", "q", MAIN, PEEK_LOCK, None, 3, 0, [])
     assert got is not None and len(got.reply["messages"]) == 3
-    other = send_now(setup.router, "q", envelopes(Message("x")), 5.0, ("sender-1", 1))
+    other = send_now(setup.router, "q", envelopes(Message("x")), 5.0, NEXT_WINDOW_TAG)
     assert other is not None
     know_only(setup, (start + 1) % PARTITIONS)
     setup.channel.down.add(start)
