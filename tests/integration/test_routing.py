@@ -1,4 +1,5 @@
-"""Routing on a real namespace: keys pin partitions, unkeyed batches spread, sessions agree with keys."""
+"""Routing on a real namespace: keys pin partitions, unkeyed batches go round the partitions a
+window at a time, sessions agree with keys."""
 from __future__ import annotations
 
 import pytest
@@ -6,6 +7,7 @@ import ray
 
 import ray_broker as rb
 from ray_broker.routing import partition_for_key
+from ray_broker.routing.planner import STICKY_BATCHES
 
 from .helpers import drain
 
@@ -31,16 +33,16 @@ def test_same_key_always_lands_on_the_same_partition(namespace: rb.Namespace, qu
     namespace.delete_queue(queue_name)
 
 
-def test_unkeyed_batches_use_all_16_partitions(namespace: rb.Namespace, queue_name: str) -> None:
+def test_unkeyed_batches_use_all_16_partitions_a_window_at_a_time(namespace: rb.Namespace, queue_name: str) -> None:
     namespace.create_queue(queue_name, enable_partitioning=True)
     with namespace.get_queue_sender(queue_name) as sender:
-        for batch in range(32):
-            sender.send_messages([rb.Message(f"{batch}-{i}") for i in range(10)])
+        for batch in range(16 * STICKY_BATCHES):
+            sender.send_messages([rb.Message(f"{batch}-{i}") for i in range(2)])
     runtime = namespace.get_queue_runtime_properties(queue_name)
-    assert runtime.active_message_count == 320
+    assert runtime.active_message_count == 32 * STICKY_BATCHES
     assert runtime.availability == "Available"
     assert [p.index for p in runtime.partitions] == list(range(16))
-    assert all(p.active_message_count > 0 for p in runtime.partitions)
+    assert [p.active_message_count for p in runtime.partitions] == [2 * STICKY_BATCHES] * 16
     namespace.delete_queue(queue_name)
 
 
