@@ -39,10 +39,10 @@ def send(state: PartitionState, entity: str, envelopes: Sequence[Mapping[str, An
     with state.store.transaction():
         history = _producer_history(state, frag, producer_id)
         if batch_number in history:
-            return history[batch_number]
+            return unpack_runs(history[batch_number])
         seqs = _store(state, frag, envelopes)
         if producer_id is not None:
-            history[batch_number] = seqs
+            history[batch_number] = pack_runs(seqs)
             _save_producer_history(state, frag, producer_id, history)
     return seqs
 
@@ -130,19 +130,48 @@ def _check_producer(state: PartitionState, producer: Any) -> tuple[str | None, i
     return producer[0], producer[1]
 
 
-def _producer_history(state: PartitionState, frag: Fragment, producer_id: str | None) -> dict[int, list[int | None]]:
-    """A producer's recent batches to an entity: batch number -> sequence numbers, oldest first."""
+def _producer_history(state: PartitionState, frag: Fragment, producer_id: str | None) -> dict[int, list[Any]]:
+    """A producer's recent batches to an entity: batch number -> sequence numbers as `pack_runs`
+    gives them, oldest first."""
     if producer_id is None:
         return {}
     stored = state.queries.producer_batches(frag.key, producer_id)
-    return {} if stored is None else {int(number): seqs for number, seqs in codec.unpackb(stored)}
+    return {} if stored is None else {int(number): runs for number, runs in codec.unpackb(stored)}
 
 
 def _save_producer_history(state: PartitionState, frag: Fragment, producer_id: str,
-                           history: dict[int, list[int | None]]) -> None:
+                           history: dict[int, list[Any]]) -> None:
     """Store a producer's last `PRODUCER_BATCH_HISTORY` batches to an entity."""
     recent = list(history.items())[-PRODUCER_BATCH_HISTORY:]
     state.queries.save_producer_batches(frag.key, producer_id, codec.packb(recent), state.clock.now())
+
+
+def pack_runs(seqs: Sequence[int | None]) -> list[list[Any]]:
+    """A batch's sequence numbers as runs `[first, count]` of consecutive numbers (`[None, count]`
+    for dropped duplicates): a stored batch is one run, so a producer's history stays a few bytes
+    a batch however large its batches."""
+    if seqs and seqs[0] is not None and list(seqs) == list(range(seqs[0], seqs[0] + len(seqs))):
+        return [[seqs[0], len(seqs)]]
+    runs: list[list[Any]] = []
+    for seq in seqs:
+        if runs:
+            last = runs[-1]
+            if (seq is None and last[0] is None) or (seq is not None and last[0] is not None
+                                                      and seq == last[0] + last[1]):
+                last[1] += 1
+                continue
+        runs.append([seq, 1])
+    return runs
+
+
+def unpack_runs(runs: Sequence[Any]) -> list[int | None]:
+    """The sequence numbers `pack_runs` packed (a history written before runs holds them as they are)."""
+    if not runs or not isinstance(runs[0], list):
+        return list(runs)
+    seqs: list[int | None] = []
+    for first, count in runs:
+        seqs.extend([None] * count if first is None else range(first, first + count))
+    return seqs
 
 
 def _new_messages(state: PartitionState, frag: Fragment, envelopes: Sequence[Mapping[str, Any]],

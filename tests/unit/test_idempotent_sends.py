@@ -8,7 +8,8 @@ import pytest
 
 from ray_broker import Message
 from ray_broker.engine.scheduling import NAMED_PRODUCER_IDLE_S, PRODUCER_IDLE_S
-from ray_broker.engine.sending import PRODUCER_BATCH_HISTORY
+from ray_broker import codec
+from ray_broker.engine.sending import PRODUCER_BATCH_HISTORY, pack_runs, unpack_runs
 from ray_broker.errors import InvalidArgumentError, QuotaExceededError
 from ray_broker.protocol import NAMED_PRODUCER_PREFIX
 
@@ -98,6 +99,35 @@ def test_a_named_producer_is_remembered_for_thirty_days(broker: Broker) -> None:
     broker.clock.advance(NAMED_PRODUCER_IDLE_S + 1)
     broker.engine.housekeeping()
     assert broker.engine.send("q", envelopes("a"), producer=(NAMED_PRODUCER_PREFIX + "sink", 1)) == [2]
+
+
+def test_a_dropped_duplicate_inside_a_batch_comes_back_in_its_place_on_a_retry(broker: Broker) -> None:
+    broker.create_queue("q", requires_duplicate_detection=True)
+    broker.engine.send("q", envelopes("x", message_id="m2"))
+    batch = [Message(body, message_id=f"m{i}").to_envelope() for i, body in enumerate("abcd", start=1)]
+    first = broker.engine.send("q", batch, producer=("p1", 3))
+    assert first == [2, None, 3, 4]
+    assert broker.engine.send("q", batch, producer=("p1", 3)) == first
+    assert stored(broker) == 4
+
+
+@pytest.mark.parametrize("seqs", [[], [5], [5, 6, 7], [None], [None, None, 5, 6, None, 9, 10, 12], [7, 6]])
+def test_sequence_numbers_pack_into_runs_and_back(seqs: list[int | None]) -> None:
+    runs = pack_runs(seqs)
+    assert unpack_runs(codec.unpackb(codec.packb(runs))) == seqs
+    if len(seqs) > 1 and None not in seqs and seqs == sorted(seqs) and seqs[-1] - seqs[0] == len(seqs) - 1:
+        assert runs == [[seqs[0], len(seqs)]], "a stored batch is one run"
+
+
+def test_a_history_written_before_runs_is_still_recognized(broker: Broker) -> None:
+    broker.create_queue("q")
+    first = broker.engine.send("q", envelopes("a", "b"), producer=("p1", 7))
+    key = broker.engine.state.fragment("q").key
+    broker.engine.state.queries.save_producer_batches(key, "p1", codec.packb([[7, first]]), broker.clock.now())
+    assert broker.engine.send("q", envelopes("a", "b"), producer=("p1", 7)) == first
+    assert broker.engine.send("q", envelopes("c"), producer=("p1", 8)) == [3]
+    assert broker.engine.send("q", envelopes("a", "b"), producer=("p1", 7)) == first, "old and new entries side by side"
+    assert stored(broker) == 3
 
 
 def test_only_the_latest_batches_are_remembered(broker: Broker) -> None:
