@@ -54,19 +54,21 @@ property: name_part                      -> bare_property
         | NAME "." name_part             -> scoped_property
 name_part: NAME | BRACKETED | QUOTED
 
-_AND: "and"i
-_OR: "or"i
-_NOT: "not"i
-_IS: "is"i
-_IN: "in"i
-_LIKE: "like"i
-_ESCAPE: "escape"i
-_EXISTS: "exists"i
-_SET: "set"i
-_REMOVE: "remove"i
-TRUE: "true"i
-FALSE: "false"i
-NULL: "null"i
+// Keywords are whole words: "orders" is a name, never OR followed by "ders". Priority 2 tries them
+// before NAME, so a word that is exactly a keyword ("or", "NULL") reads as the keyword.
+_AND.2: /and\b/i
+_OR.2: /or\b/i
+_NOT.2: /not\b/i
+_IS.2: /is\b/i
+_IN.2: /in\b/i
+_LIKE.2: /like\b/i
+_ESCAPE.2: /escape\b/i
+_EXISTS.2: /exists\b/i
+_SET.2: /set\b/i
+_REMOVE.2: /remove\b/i
+TRUE.2: /true\b/i
+FALSE.2: /false\b/i
+NULL.2: /null\b/i
 EQ: "="
 NE: "<>" | "!="
 GT: ">"
@@ -92,8 +94,8 @@ _OPERATORS = frozenset({"EQ", "NE", "GT", "GE", "LT", "LE", "ADD_OP", "MUL_OP", 
                         "_NOT"})
 _READABLE = {
     "RPAR": '")"', "LPAR": '"("', "COMMA": '","', "DOT": '"."', "EQ": '"="', "_SEMI": '";"', "_SET": "SET",
-    "_REMOVE": "REMOVE", "NULL": "NULL", "_IN": "IN", "_LIKE": "LIKE", "_NOT": "NOT", "NAME": "a property name",
-    "BRACKETED": "a property name", "QUOTED": "a property name",
+    "_REMOVE": "REMOVE", "NULL": "NULL", "_IN": "IN", "_LIKE": "LIKE", "_NOT": "NOT", "_ESCAPE": "ESCAPE",
+    "NAME": "a property name", "BRACKETED": "a property name", "QUOTED": "a property name",
 }
 _UNCLOSED = {"'": "a string that is not closed (write '' for a quote inside a string)",
              "[": "a bracketed name that is not closed with ]", '"': 'a quoted name that is not closed with "'}

@@ -242,6 +242,20 @@ def test_user_property_lookup_prefers_the_exact_spelling_then_the_first_key() ->
     ("p('sys.Nope') = 1", 1, 3, "unknown system property sys.Nope"),
     ("99999999999999999999 = 1", 1, 1, "does not fit in 64 bits"),
     ("   ", 1, 1, "it is empty"),
+    # keywords are whole words: a word that merely starts with one is a name, and a name is out of place here
+    ("FROM orders", 1, 6, 'expected an operator or the end of the text after "FROM", found "orders"'),
+    ("SELECT * FROM orders", 1, 15, 'found "orders"'),
+    ("user.a = 1 ORDERS = 2", 1, 12, 'expected an operator or the end of the text after "1", found "ORDERS"'),
+    ("a = 1 ANDrew = 2", 1, 7, 'found "ANDrew"'),
+    ("NOTa = 1 ORb = 2", 1, 10, 'found "ORb"'),
+    ("x ISNULL", 1, 3, 'found "ISNULL"'),
+    ("x IS NOTNULL", 1, 6, 'expected NOT or NULL after IS, found "NOTNULL"'),
+    ("x IS nullable", 1, 6, 'expected NOT or NULL after IS, found "nullable"'),
+    ("x IS NOT NULLs", 1, 10, 'expected NULL after NOT, found "NULLs"'),
+    ("x INx (1)", 1, 3, 'found "INx"'),
+    ("x NOT INx (1)", 1, 7, 'expected IN or LIKE after NOT, found "INx"'),
+    ("x LIKEly 'a'", 1, 3, 'found "LIKEly"'),
+    ("x LIKE 'a' ESCAPEd '!'", 1, 12, 'ESCAPE or the end of the text after "\'a\'", found "ESCAPEd"'),
 ])
 def test_syntax_errors_name_the_line_and_column(expression: str, line: int, column: int, fragment: str) -> None:
     with pytest.raises(RuleSyntaxError) as caught:
@@ -251,6 +265,42 @@ def test_syntax_errors_name_the_line_and_column(expression: str, line: int, colu
     assert f'the SQL filter "{expression}" at line {line}, column {column}: ' in str(error)
     assert fragment in str(error)
     assert isinstance(error, InvalidArgumentError)
+
+
+KEYWORD_PREFIXED_NAMES = [
+    # (expression, a message it matches, a message it does not match)
+    ("user.orders = 1", {"orders": 1}, {"orders": 2}),
+    ("orders = 1 OR ornament = 2", {"ornament": 2}, {"orders": 2}),
+    ("isbn = 'x'", {"isbn": "x"}, {"isbn": "y"}),
+    ("notes IS NULL", {}, {"notes": "n"}),
+    ("NOT nothing = 1", {"nothing": 2}, {"nothing": 1}),
+    ("index IN (1, 2)", {"index": 2}, {"index": 3}),
+    ("inx NOT IN (1)", {"inx": 2}, {"inx": 1}),
+    ("likes > 3", {"likes": 4}, {"likes": 3}),
+    ("escaped = 1", {"escaped": 1}, {"escaped": 0}),
+    ("andrew = 'x' AND android = 'y'", {"andrew": "x", "android": "y"}, {"andrew": "x"}),
+    ("order_id = 5", {"order_id": 5}, {"order_id": 6}),
+    ("or1 = 1", {"or1": 1}, {"or1": 2}),
+    ("existing = TRUE AND EXISTS(exists_flag)", {"existing": True, "exists_flag": 0}, {"existing": True}),
+    ("truth = trueish", {"truth": 1, "trueish": 1}, {"truth": 1, "trueish": 2}),
+    ("nullable IS NOT NULL AND falsey = 0", {"nullable": 1, "falsey": 0}, {"falsey": 0}),
+    ("settings = 1 AND removed = 2", {"settings": 1, "removed": 2}, {"settings": 1, "removed": 1}),
+]
+
+
+@pytest.mark.parametrize(("expression", "matching", "other"), KEYWORD_PREFIXED_NAMES)
+def test_names_that_start_with_a_keyword_are_names(expression: str, matching: dict[str, Any],
+                                                   other: dict[str, Any]) -> None:
+    assert matches(expression, {"application_properties": matching}) is True
+    assert matches(expression, {"application_properties": other}) is False
+
+
+def test_like_escape_reads_its_keywords_next_to_names_that_start_with_them() -> None:
+    expression = "sys.Label LIKE 'a!%%' ESCAPE '!' AND likes > 3 AND escaped = 1"
+    props = {"likes": 4, "escaped": 1}
+    assert matches(expression, {"subject": "a%b", "application_properties": props}) is True
+    assert matches(expression, {"subject": "ab", "application_properties": props}) is False
+    assert matches(expression, {"subject": "a%b", "application_properties": {**props, "escaped": 2}}) is False
 
 
 def test_the_syntax_error_message_has_the_documented_form() -> None:
@@ -278,6 +328,10 @@ def test_long_and_deeply_nested_texts_are_refused() -> None:
     ("SET a = 1 b", "expected an operator"),
     ("SET sys.Nope = 1", "unknown system property sys.Nope"),
     ("user.a = 1", "expected REMOVE or SET"),
+    ("SET a = 1 ORDERS", 'at line 1, column 11: expected an operator, ";", REMOVE, SET or the end of the text after '
+                         '"1", found "ORDERS"'),
+    ("SETTINGS = 1", 'at line 1, column 1: expected REMOVE or SET, found "SETTINGS"'),
+    ("SET a = 1 SETb = 2", 'at line 1, column 11: expected an operator'),
     ("", "it is empty"),
 ])
 def test_action_syntax_errors(expression: str, fragment: str) -> None:

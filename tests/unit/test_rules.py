@@ -137,6 +137,34 @@ def test_filters_never_read_the_body() -> None:
     assert compiled.select(message(), SYSTEM).plain is False
 
 
+def test_actions_read_names_that_start_with_a_keyword_as_names() -> None:
+    compiled = rules(rule("r", SqlFilter("orders > 1 AND notes IS NULL"),
+                          "SET isbn = 'x'; SET order_id = orders + 1; SET setting = TRUE; "
+                          "REMOVE removed; SET andrew = nullable + nothing"))
+    selection = compiled.select(message(orders=2, removed=1, nullable=4, nothing=5), SYSTEM)
+    assert selection.error is None
+    assert selection.copies[0]["application_properties"] == {
+        "orders": 2, "nullable": 4, "nothing": 5, "isbn": "x", "order_id": 3, "setting": True,
+        "andrew": 9, "RuleName": "r"}
+    assert compiled.select(message(orders=2, notes="n"), SYSTEM) == Selection(False, [], None)
+
+
+@pytest.mark.parametrize(("text", "column", "found"), [
+    ("SET a = 1 ORDERS", 11, "ORDERS"),
+    ("SET a = 1 SETb = 2", 11, "SETb"),
+    ("SET a = b ANDy", 11, "ANDy"),
+    ("SET a = 1; REMOVEd", 12, "REMOVEd"),
+    ("SETTINGS = 1", 1, "SETTINGS"),
+    ("REMOVEfoo", 1, "REMOVEfoo"),
+])
+def test_actions_refuse_keywords_glued_to_names(text: str, column: int, found: str) -> None:
+    with pytest.raises(RuleSyntaxError) as caught:
+        SqlRuleAction(text)
+    assert (caught.value.line, caught.value.column) == (1, column)
+    assert f'at line 1, column {column}: expected ' in str(caught.value)
+    assert str(caught.value).endswith(f'found "{found}"')
+
+
 def test_compile_rules_checks_its_input() -> None:
     with pytest.raises(InvalidArgumentError):
         compile_rules({"name": "r"})  # type: ignore[arg-type]
