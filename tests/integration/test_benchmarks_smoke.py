@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks import async_senders, p5_memory, p6_recovery, scale, suite, topic_fanout
+from benchmarks import async_senders, p5_memory, p6_recovery, projection, scale, suite, topic_fanout
 from benchmarks.baselines import redis_server
 
 pytestmark = pytest.mark.ray
@@ -101,3 +101,32 @@ def test_topic_fanout_measures_the_engine_and_a_namespace(ray_instance: None) ->
         "stored_bytes_per_message"]
     assert [t["threshold"] for t in doc["targets"]] == [2.0, 2.0]
     assert topic_fanout.table(doc)
+
+
+def test_projection_reports_cpu_per_message_by_process_and_projects_it(ray_instance: None) -> None:
+    config = projection.ProjectionConfig(partitions=[1, 2], clients=[1, 2], cores=[4, 64], batches=4, warmup=1,
+                                         batch_size=50, min_window=0.5)
+    doc = well_formed(projection.run(config), "projection")
+    assert [(r["system"], r["partitions"], r["clients"]) for r in doc["results"]] == [
+        ("ray_queue", None, 1), ("ray_queue", None, 2), ("broker", 1, 1), ("broker", 1, 2), ("broker", 2, 1),
+        ("broker", 2, 2)]
+    for r in doc["results"]:
+        assert r["messages"] % (r["clients"] * 4 * 50) == 0, "whole passes of every client"
+        assert r["messages"] > 0 and r["msgs_per_s"] > 0 and r["window_s"] >= 0.5
+        assert {"clients", "raylet", "gcs_server", "driver"} <= set(r["cpu_us_per_msg"])
+        assert ("queue_actor" in r["cpu_us_per_msg"]) == (r["system"] == "ray_queue")
+        assert ("partitions" in r["cpu_us_per_msg"]) == ("gateway" in r["cpu_us_per_msg"]) == (r["system"] == "broker")
+        assert all(v >= 0 for v in r["cpu_us_per_msg"].values()) and r["total_cpu_us_per_msg"] > 0
+        assert r["total_cpu_us_per_msg"] == pytest.approx(sum(r["cpu_us_per_msg"].values()), abs=0.1)
+        for variant in ("projected", "projected_clients_elsewhere"):
+            assert set(r[variant]) == {"4", "16", "64"}, "the target's 16 cores are always projected"
+            rates = [r[variant][n]["msgs_per_s"] for n in ("4", "16", "64")]
+            assert 0 < rates[0] <= rates[1] <= rates[2], "more cores never project less"
+        assert r["projected"]["4"]["msgs_per_s"] <= r["projected_clients_elsewhere"]["4"]["msgs_per_s"]
+    headline = doc["projection"]
+    assert (headline["clients"], headline["partitions_low"], headline["partitions_high"]) == (2, 1, 2)
+    assert all(v > 0 for v in headline["ratios"].values())
+    assert set(headline["ratios_by_clients"]) == {"1", "2"}
+    assert headline["ratios_by_clients"]["2"]["projected"] == headline["ratios"]
+    assert [t["threshold"] for t in doc["targets"]] == [6.0, 4.0]
+    assert "busiest part." in projection.table(doc)
