@@ -4,20 +4,31 @@ from __future__ import annotations
 from typing import Any
 
 import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 import ray_broker.errors as errors
-from ray_broker.config import RAY_NAMESPACE, NamespaceConfig
+from ray_broker.config import RAY_NAMESPACE, NamespaceConfig, gateway_actor_name, partition_actor_name, spread_node
 from ray_broker.errors import ServiceBusError
 
 from .gateway_actor import GatewayActor
-from .handles import find_actor, partition_actor
+from .handles import alive_nodes, find_actor, partition_actor
 
 
 def gateway_actor(config: NamespaceConfig, index: int) -> Any:
-    """Get gateway `index`, creating it if it does not exist."""
+    """Get gateway `index`, creating it if it does not exist.
+
+    A new gateway goes to a node of its own while the cluster has a node per gateway
+    (`spread_node`), pinned to it (Ray's soft affinity does not hold the spread). When that node
+    is lost, Ray cannot restart the gateway there: a client that finds it gone for good makes it
+    again here, on a live node."""
+    existing = find_actor(config.gateway_name(index))
+    if existing is not None:
+        return existing
+    node = spread_node(index, alive_nodes())
+    placement = "SPREAD" if node is None else NodeAffinitySchedulingStrategy(node_id=node, soft=False)
     return GatewayActor.options(
         name=config.gateway_name(index), namespace=RAY_NAMESPACE, lifetime="detached", get_if_exists=True,
-        max_restarts=-1, max_task_retries=0, num_cpus=0, max_concurrency=10000, scheduling_strategy="SPREAD",
+        max_restarts=-1, max_task_retries=0, num_cpus=0, max_concurrency=10000, scheduling_strategy=placement,
     ).remote(config.to_dict())
 
 
@@ -53,10 +64,10 @@ def creation_failure(exc: BaseException) -> ServiceBusError | None:
 
 def teardown(name: str, partition_count: int | None, gateways: int | None) -> None:
     """Kill a namespace's actors (without restart); their stores stay on disk."""
-    for prefix, count in ((f"{name}.gateway.", gateways), (f"{name}.partition.", partition_count)):
+    for actor_name, count in ((gateway_actor_name, gateways), (partition_actor_name, partition_count)):
         index = 0
         while count is None or index < count:
-            handle = find_actor(f"{prefix}{index}")
+            handle = find_actor(actor_name(name, index))
             if handle is None and count is None:
                 break
             if handle is not None:

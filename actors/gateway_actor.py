@@ -16,6 +16,7 @@ from typing import Any
 
 import ray
 
+from ray_broker.callers import Token, caller_gone_async
 from ray_broker.config import NamespaceConfig
 from ray_broker.entities import (
     IMMUTABLE_QUEUE_OPTIONS,
@@ -46,6 +47,8 @@ from ray_broker.sku import MAX_ENTITIES, get_sku
 from .handles import partition_actor
 
 SWEEP_INTERVAL_S = 30.0
+CALLER_CHECK_AFTER_S = 0.5
+"""A receive that took longer than this (it waited) checks that its caller is still there."""
 ADMIN_OPERATIONS = frozenset({"create_entity", "create_subscription", "update_entity", "delete_entity",
                               "list_entities", "add_rule", "remove_rule", "runtime", "routing_table",
                               "partition_failed"})
@@ -71,7 +74,8 @@ class GatewayHandles:
         return self._handles[index]
 
     async def replace(self, index: int) -> None:
-        """Recreate partition `index` (from its store) after its actor died for good."""
+        """Recreate partition `index` (from its store, on a live node when its own is gone) after
+        its actor died for good."""
         self._handles[index] = partition_actor(self.config, index)
         self.epochs[index] += 1
 
@@ -305,11 +309,20 @@ class GatewayActor:
         """The namespace configuration."""
         return self.gateway.config.to_dict()
 
-    async def call(self, operation: str, *args: Any) -> Any:
-        """Invoke a gateway operation by name: management here, data operations through its router."""
+    async def call(self, operation: str, *args: Any, caller: Token | None = None) -> Any:
+        """Invoke a gateway operation by name: management here, data operations through its router.
+
+        A receive that waited hands its messages only to a `caller` still there (see `callers`):
+        those locked for one that died are released, no delivery counted."""
         self._ensure_sweeper()
         if operation in DATA_OPERATIONS:
-            return await getattr(self.gateway.router, operation)(*args)
+            started = time.monotonic()
+            result = await getattr(self.gateway.router, operation)(*args)
+            if (operation == "receive" and result["messages"] and time.monotonic() - started > CALLER_CHECK_AFTER_S
+                    and await caller_gone_async(caller)):
+                receiver_id, entity, subq, mode, session = args[:5]
+                return await self.gateway.router.receiver_gone(receiver_id, entity, subq, mode, session, result)
+            return result
         if operation in ADMIN_OPERATIONS:
             return await getattr(self.gateway, operation)(*args)
         raise AttributeError(f"gateway has no operation {operation!r}")
@@ -317,3 +330,7 @@ class GatewayActor:
     async def pid(self) -> int:
         """The process id (for operators and failure tests)."""
         return os.getpid()
+
+    async def node(self) -> str:
+        """The id of the node this gateway runs on (for operators and placement tests)."""
+        return str(ray.get_runtime_context().get_node_id())

@@ -9,19 +9,33 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from ray_broker.config import RAY_NAMESPACE, STORE_LABEL, NamespaceConfig
+from ray_broker.config import RAY_NAMESPACE, STORE_LABEL, NamespaceConfig, displaced, spread_node
 
 from .partition_actor import PartitionActor
 
 
+def alive_nodes() -> list[str]:
+    """The ids of the cluster's alive nodes."""
+    return [node["NodeID"] for node in ray.nodes() if node["Alive"]]
+
+
 def _placement(config: NamespaceConfig, index: int) -> dict[str, Any]:
-    """Where partition `index` may run: on the node its store is on (by that node's store label,
-    else its id), or anywhere, spread over the nodes, when stores are shared or in memory."""
+    """Where partition `index` may run: on the node its store is on, or anywhere, spread over the
+    nodes, when stores are shared or in memory.
+
+    A partition placed by store label runs only where that label is, so after losing its node it
+    comes back when the label (and so its disk) does. A partition placed by node id is pinned to
+    that node while it is alive; once it is gone (a node id never comes back: a returning node
+    gets a new one) the partition is made on a live node instead (`spread_node`), from the store
+    it finds there."""
     if config.placement is None:
         return {"scheduling_strategy": "SPREAD"}
     kind, _, value = config.placement[index].partition(":")
     if kind == "label":
         return {"label_selector": {STORE_LABEL: value}}
+    alive = alive_nodes()
+    if displaced(config, index, alive):
+        value = spread_node(index, alive) or value
     return {"scheduling_strategy": NodeAffinitySchedulingStrategy(node_id=value, soft=False)}
 
 

@@ -14,6 +14,7 @@ may make messages available notifies. One lock serializes every use of the engin
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import threading
 import time
@@ -22,16 +23,23 @@ from typing import Any, Callable
 import ray
 
 from actors.metrics import PartitionMetrics
+from actors.seeding import away_from_home, seed_entities
+from ray_broker.callers import Token, caller_gone
 from ray_broker.config import NODE_DATA_DIR_ENV, RAY_NAMESPACE, NamespaceConfig
 from ray_broker.engine.partition import PartitionEngine
 from ray_broker.engine.store import Store
+from ray_broker.protocol import PEEK_LOCK
 from ray_broker.routing.forwarding import Forwarder
 from ray_broker.routing.health import BACKOFF
 from ray_broker.routing.ray_channel import RayChannel, TableHandles
 from ray_broker.routing.router import Router
 from ray_broker.sku import get_sku
 
+logger = logging.getLogger("ray_broker.partition")
+
 HOUSEKEEPING_INTERVAL_S = 0.25
+HOUSEKEEPING_LOG_EVERY = 240
+"""A housekeeping round that keeps failing is logged on its first failure and every this many after."""
 WAIT_THREADS = 128
 """Waiting receives one partition serves at once (one thread each); more wait in Ray's queue
 until one ends (at most `WATCH_TIMEOUT_S` later)."""
@@ -138,7 +146,11 @@ class _ForwardThread(threading.Thread):
                 await forwarder.forward_pending()
                 attempt = 0
             except Exception:  # noqa: BLE001 - the batch stays in the outbox; retried after a back-off
-                await asyncio.sleep(BACKOFF.delay(attempt))
+                delay = BACKOFF.delay(attempt)
+                logger.warning("partition %d of namespace %r could not forward its outbox (attempt %d); the "
+                               "batch stays there and is retried in %.2f s", self._index, config.name, attempt + 1,
+                               delay, exc_info=True)
+                await asyncio.sleep(delay)
                 attempt += 1
                 continue
             try:
@@ -165,6 +177,8 @@ class PartitionActor:
         store = Store(path, namespace.durability, owner=owner,
                       takeover_wait_s=STORE_TAKEOVER_WAIT_S, partition=index)
         self.engine = PartitionEngine(index, namespace.partition_count, store)
+        if away_from_home(namespace, index, self.node()) and not self.engine.list_entities():
+            seed_entities(namespace, index, self.engine)
         self.metrics = PartitionMetrics(namespace.name, index, namespace.partition_count, self.engine)
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
@@ -183,6 +197,7 @@ class PartitionActor:
             self._forwarder.wake()
 
     def _housekeeping_loop(self) -> None:
+        failures = 0
         while True:
             time.sleep(HOUSEKEEPING_INTERVAL_S)
             try:
@@ -193,8 +208,13 @@ class PartitionActor:
                     changed = self.metrics.run("housekeeping", self.engine.housekeeping)
                     if self.metrics.tick() or changed:
                         self._notify()
+                failures = 0
             except Exception:  # noqa: BLE001 - housekeeping must keep running; the next round retries
-                continue
+                if failures % HOUSEKEEPING_LOG_EVERY == 0:
+                    logger.exception("housekeeping of partition %d of namespace %r failed (%d time(s) in a row); "
+                                     "retried every %g s", self.index, self.config.name, failures + 1,
+                                     HOUSEKEEPING_INTERVAL_S)
+                failures += 1
 
     def run(self, operation: str, *args: Any, **kwargs: Any) -> Any:
         """Invoke an engine operation by name."""
@@ -232,16 +252,22 @@ class PartitionActor:
 
     @ray.method(concurrency_group="waits")
     def receive_waiting(self, receiver_id: str, entity: str, subq: int, max_count: int, mode: str,
-                        session: tuple[str, bytes] | None, seen: int | None, timeout: float) -> dict[str, Any]:
+                        session: tuple[str, bytes] | None, seen: int | None, timeout: float,
+                        caller: Token | None = None) -> dict[str, Any]:
         """A receive that waits: as soon as messages are available, lock up to `max_count` of them
         for the caller and return them (the wake-up carries the messages). Returns an empty reply
         after `timeout`, or at once when `end_waits(receiver_id)` is called.
 
         Each check (at the start and after every wake-up) is the receive itself, one transaction
-        that finds the messages or nothing, rather than a test for messages and then the receive."""
+        that finds the messages or nothing, rather than a test for messages and then the receive.
+        Messages found after waiting go only to a `caller` that is still there (see `callers`):
+        those locked for one that died are released at once, no delivery counted."""
         empty: dict[str, Any] = {"messages": [], "more": False}
+        checks = 0
 
         def ready() -> dict[str, Any] | None:
+            nonlocal checks
+            checks += 1
             if receiver_id in self._ended:
                 return empty
             reply: dict[str, Any] = self.metrics.run("receive", self.engine.receive, entity, subq, max_count, mode,
@@ -259,7 +285,20 @@ class PartitionActor:
                     self._waiting[receiver_id] = left
                 else:
                     self._ended.discard(receiver_id)
-        return reply if reply is not None else empty
+        if reply is None:
+            return empty
+        if checks > 1 and mode == PEEK_LOCK and reply["messages"] and caller_gone(caller):
+            self._release(entity, subq, session, reply["messages"])
+            return empty
+        return reply
+
+    def _release(self, entity: str, subq: int, session: tuple[str, bytes] | None,
+                 records: list[dict[str, Any]]) -> None:
+        """Release messages locked for a caller that is gone, without counting a delivery."""
+        ops = [["release", r["sequence_number"], r["lock_token"]] for r in records]
+        logger.warning("partition %d of namespace %r: the caller of a waiting receive on %r is gone; %d message(s) "
+                       "locked for it released", self.index, self.config.name, entity, len(ops))
+        self.run("settle", entity, subq, ops, session)
 
     def end_waits(self, receiver_id: str) -> None:
         """End the `receive_waiting` of `receiver_id` now, if one is under way (its receiver is closing)."""

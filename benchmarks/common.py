@@ -27,6 +27,7 @@ import ray
 
 import ray_broker as rb
 from ray_broker.client.lifecycle import ensure_ray as start_ray
+from ray_broker.config import gateway_actor_name, partition_actor_name
 
 RAY_NAMESPACE = "ray_broker"
 """The Ray namespace of every broker actor (API.md, operations contract)."""
@@ -83,13 +84,13 @@ def broker_namespace(prefix: str, *, sku: str = "standard", partitions: int | No
 
 def partition_pids(ns: rb.Namespace) -> dict[int, int]:
     """Process id of each partition actor of a namespace, by partition index."""
-    handles = [ray.get_actor(f"{ns.name}.partition.{k}", namespace=RAY_NAMESPACE) for k in range(ns.partition_count)]
+    handles = [ray.get_actor(partition_actor_name(ns.name, k), namespace=RAY_NAMESPACE) for k in range(ns.partition_count)]
     return dict(enumerate(ray.get([h.pid.remote() for h in handles], timeout=60)))
 
 
 def gateway_pid(ns: rb.Namespace, index: int = 0) -> int:
     """Process id of gateway `index` of a namespace."""
-    handle = ray.get_actor(f"{ns.name}.gateway.{index}", namespace=RAY_NAMESPACE)
+    handle = ray.get_actor(gateway_actor_name(ns.name, index), namespace=RAY_NAMESPACE)
     return int(ray.get(handle.pid.remote(), timeout=60))
 
 

@@ -27,7 +27,7 @@ from .entities import (
 )
 from .errors import *  # noqa: F403 - the errors are part of the public namespace
 from .filters import CorrelationFilter, FalseFilter, RuleProperties, SqlFilter, SqlRuleAction, TrueFilter
-from .message import Message, ReceivedMessage
+from .message import Message, MessageBody, ReceivedMessage
 from .protocol import NEXT_AVAILABLE_SESSION, MessageState, ReceiveMode, SubQueue
 from .routing import partition_of
 
@@ -53,7 +53,7 @@ def __dir__() -> list[str]:
 __all__ = [
     "start", "connect", "stop", "Namespace", "Sender", "Receiver", "ReceiverSession", "AutoLockRenewer", "Transaction",
     "MessageBatch",
-    "Message", "ReceivedMessage", "MessageState", "ReceiveMode", "SubQueue", "NEXT_AVAILABLE_SESSION",
+    "Message", "MessageBody", "ReceivedMessage", "MessageState", "ReceiveMode", "SubQueue", "NEXT_AVAILABLE_SESSION",
     "QueueProperties", "QueueRuntimeProperties", "PartitionRuntimeProperties", "TopicProperties",
     "TopicRuntimeProperties", "SubscriptionProperties", "SubscriptionRuntimeProperties", "RuleProperties",
     "SqlFilter", "CorrelationFilter", "TrueFilter", "FalseFilter", "SqlRuleAction", "partition_of", "errors",

@@ -11,7 +11,7 @@ from typing import Any
 from . import codec
 from .engine.store import DURABILITY_MODES
 from .errors import InvalidArgumentError, InvalidOperationError, UnauthorizedError
-from .sku import get_sku, partition_count_for
+from .sku import Sku, get_sku, partition_count_for
 
 RAY_NAMESPACE = "ray_broker"
 MAX_GATEWAYS = 16
@@ -19,6 +19,16 @@ _NAMESPACE_RE = re.compile(r"^[A-Za-z][A-Za-z0-9-]{0,49}$")
 _CONFIG_FILE = "namespace.msgpack"
 _NETWORK_FILESYSTEMS = ("nfs", "nfs4", "cifs", "smb3", "ceph", "fuse.sshfs", "glusterfs", "lustre", "gpfs",
                         "fuse.s3fs", "fuse.gcsfuse", "beegfs", "9p")
+
+
+def partition_actor_name(namespace: str, index: int) -> str:
+    """The Ray actor name of partition `index` of namespace `namespace` (the operations contract)."""
+    return f"{namespace}.partition.{index}"
+
+
+def gateway_actor_name(namespace: str, index: int) -> str:
+    """The Ray actor name of gateway `index` of namespace `namespace` (the operations contract)."""
+    return f"{namespace}.gateway.{index}"
 
 
 @dataclass(frozen=True)
@@ -39,11 +49,11 @@ class NamespaceConfig:
 
     def partition_name(self, index: int) -> str:
         """The Ray actor name of partition `index`."""
-        return f"{self.name}.partition.{index}"
+        return partition_actor_name(self.name, index)
 
     def gateway_name(self, index: int) -> str:
         """The Ray actor name of gateway `index`."""
-        return f"{self.name}.gateway.{index}"
+        return gateway_actor_name(self.name, index)
 
     def store_path(self, index: int, node_data_dir: str | None = None) -> str | None:
         """Where partition `index` keeps its database (None for durability "memory"): in
@@ -83,6 +93,21 @@ def place_partitions(count: int, nodes: list[tuple[str, str | None]], local_node
         return tuple(alive[k % len(alive)] for k in range(count))
     return tuple(home if home.startswith("label:") or home in alive else node_key(local_node, None)
                  for home in stored)
+
+
+def spread_node(index: int, alive: list[str]) -> str | None:
+    """The node (id) actor `index` of a kind goes to (gateway `index`; partition `index` when its
+    own node is gone): such actors take the `alive` nodes one each, in node-id order, and share
+    them round robin only when there are fewer nodes than actors; None when no node is known."""
+    nodes = sorted(set(alive))
+    return nodes[index % len(nodes)] if nodes else None
+
+
+def displaced(config: NamespaceConfig, index: int, alive: list[str]) -> bool:
+    """Whether partition `index` is placed by the id of a node that is not among the `alive` ones
+    (a node id never comes back: a returning node gets a new one)."""
+    home = None if config.placement is None else config.placement[index]
+    return home is not None and home.startswith("node:") and home.removeprefix("node:") not in alive
 
 
 def token_hash(auth_token: str | None) -> str | None:
@@ -139,12 +164,15 @@ def is_shared_filesystem(path: str) -> bool:
     return fstype in _NETWORK_FILESYSTEMS
 
 
-def plan_config(name: str, *, sku: str, partitions: int | None, data_dir: str | None, gateways: int,
-                durability: str, nodes: list[tuple[str, str | None]], local_node: str,
-                auth_token_hash: str | None = None) -> NamespaceConfig:
-    """Validate `start` arguments and reconcile them with a configuration already on disk (read
-    only); `nodes` are the cluster's alive nodes (`(node_id, store label)`), `local_node` the id of
-    the one starting the namespace."""
+def store_directory(name: str, data_dir: str | None) -> str:
+    """The absolute directory of a namespace's stores: `data_dir`, else `default_data_dir(name)`."""
+    return os.path.abspath(os.path.expanduser(data_dir or default_data_dir(name)))
+
+
+def check_start_options(name: str, *, sku: str, partitions: int | None, gateways: int,
+                        durability: str) -> tuple[Sku, int]:
+    """Validate `start` arguments on their own, before anything starts: the tier and the partition
+    count they give."""
     check_namespace_name(name)
     tier = get_sku(sku)
     count = partition_count_for(tier, partitions)
@@ -152,16 +180,32 @@ def plan_config(name: str, *, sku: str, partitions: int | None, data_dir: str | 
         raise InvalidArgumentError(f"gateways must be an int from 1 to {MAX_GATEWAYS}, got {gateways!r}")
     if durability not in DURABILITY_MODES:
         raise InvalidArgumentError(f"durability must be one of {', '.join(DURABILITY_MODES)}, got {durability!r}")
+    return tier, count
+
+
+def stored_config_for(name: str, tier: Sku, count: int, directory: str) -> NamespaceConfig | None:
+    """The configuration stored in `directory` (read only), if any, once checked against the tier
+    and partition count a new start asks for (`InvalidOperationError`: they can never change)."""
+    stored = load_config(directory)
+    if stored is not None and (stored.sku != tier.name or stored.partition_count != count):
+        raise InvalidOperationError(
+            f"namespace {name!r} in {directory} was created as sku={stored.sku!r} with "
+            f"{stored.partition_count} partitions; the partition count and tier can never change "
+            f"(asked for sku={tier.name!r}, {count} partitions). Use another name or data_dir.")
+    return stored
+
+
+def plan_config(name: str, *, sku: str, partitions: int | None, data_dir: str | None, gateways: int,
+                durability: str, nodes: list[tuple[str, str | None]], local_node: str,
+                auth_token_hash: str | None = None) -> NamespaceConfig:
+    """Validate `start` arguments, reconcile them with a configuration already on disk (read only)
+    and place the partitions; `nodes` are the cluster's alive nodes (`(node_id, store label)`),
+    `local_node` the id of the one starting the namespace."""
+    tier, count = check_start_options(name, sku=sku, partitions=partitions, gateways=gateways, durability=durability)
     if durability == "memory":
         return NamespaceConfig(name, tier.name, count, None, durability, gateways, None, auth_token_hash)
-    directory = os.path.abspath(os.path.expanduser(data_dir or default_data_dir(name)))
-    stored = load_config(directory)
-    if stored is not None:
-        if stored.sku != tier.name or stored.partition_count != count:
-            raise InvalidOperationError(
-                f"namespace {name!r} in {directory} was created as sku={stored.sku!r} with "
-                f"{stored.partition_count} partitions; the partition count and tier can never change "
-                f"(asked for sku={tier.name!r}, {count} partitions). Use another name or data_dir.")
+    directory = store_directory(name, data_dir)
+    stored = stored_config_for(name, tier, count, directory)
     placement = None if is_shared_filesystem(directory) else place_partitions(
         count, nodes, local_node, None if stored is None else stored.placement)
     return NamespaceConfig(name, tier.name, count, directory, durability, gateways, placement, auth_token_hash)

@@ -22,7 +22,7 @@ from tqdm import tqdm
 import ray_broker as rb
 
 from .cli.quiet import quiet_ray
-from .config import RAY_NAMESPACE
+from .config import RAY_NAMESPACE, partition_actor_name
 from .errors import InvalidArgumentError
 from .routing import partition_for_key
 from .tables import format_table
@@ -145,7 +145,7 @@ def _spread_table(ns: rb.Namespace, highlight: int | None = None) -> dict[int, i
 def _partition_pid(ns: rb.Namespace, index: int) -> int:
     import ray
 
-    handle = ray.get_actor(f"{ns.name}.partition.{index}", namespace=RAY_NAMESPACE)
+    handle = ray.get_actor(partition_actor_name(ns.name, index), namespace=RAY_NAMESPACE)
     return int(ray.get(handle.pid.remote(), timeout=60))
 
 

@@ -24,19 +24,32 @@ SEND_BLOCKING = ("Disabled", "SendDisabled")
 RECEIVE_BLOCKING = ("Disabled", "ReceiveDisabled")
 MAX_USER_METADATA_LENGTH = 1024
 
+DEFAULT_DUPLICATE_WINDOW = timedelta(minutes=10)
+"""The default `duplicate_detection_history_time_window` of queues and topics."""
+DEFAULT_LOCK_DURATION = timedelta(seconds=60)
+"""The default `lock_duration` of queues and subscriptions."""
+DEFAULT_MAX_DELIVERY_COUNT = 10
+"""The default `max_delivery_count` of queues and subscriptions."""
+DEFAULT_MAX_SIZE_IN_MEGABYTES = 1024
+"""The default `max_size_in_megabytes` of queues and topics."""
+DEFAULT_STATUS = "Active"
+"""The status every entity is created with unless told otherwise."""
+# Every default option value below, in the properties classes, the client's create methods and
+# the command line comes from these constants (False and None are the other defaults).
+
 QUEUE_DEFAULTS: dict[str, Any] = {
     "enable_partitioning": False,
     "requires_session": False,
     "requires_duplicate_detection": False,
-    "duplicate_detection_history_time_window": 600.0,
-    "lock_duration": 60.0,
-    "max_delivery_count": 10,
+    "duplicate_detection_history_time_window": DEFAULT_DUPLICATE_WINDOW.total_seconds(),
+    "lock_duration": DEFAULT_LOCK_DURATION.total_seconds(),
+    "max_delivery_count": DEFAULT_MAX_DELIVERY_COUNT,
     "default_message_time_to_live": None,
     "dead_lettering_on_message_expiration": False,
     "forward_to": None,
     "forward_dead_lettered_messages_to": None,
-    "max_size_in_megabytes": 1024,
-    "status": "Active",
+    "max_size_in_megabytes": DEFAULT_MAX_SIZE_IN_MEGABYTES,
+    "status": DEFAULT_STATUS,
     "user_metadata": None,
 }
 IMMUTABLE_QUEUE_OPTIONS = ("enable_partitioning", "requires_session", "requires_duplicate_detection")
@@ -95,10 +108,10 @@ def _positive_int(name: str, value: Any, high: int) -> int:
 TOPIC_DEFAULTS: dict[str, Any] = {
     "enable_partitioning": False,
     "requires_duplicate_detection": False,
-    "duplicate_detection_history_time_window": 600.0,
+    "duplicate_detection_history_time_window": DEFAULT_DUPLICATE_WINDOW.total_seconds(),
     "default_message_time_to_live": None,
-    "max_size_in_megabytes": 1024,
-    "status": "Active",
+    "max_size_in_megabytes": DEFAULT_MAX_SIZE_IN_MEGABYTES,
+    "status": DEFAULT_STATUS,
     "user_metadata": None,
 }
 TOPIC_STATUSES = ("Active", "Disabled", "SendDisabled")
@@ -108,14 +121,14 @@ TOPIC_ENGINE_OPTIONS: dict[str, Any] = {"requires_session": False}
 
 SUBSCRIPTION_DEFAULTS: dict[str, Any] = {
     "requires_session": False,
-    "lock_duration": 60.0,
-    "max_delivery_count": 10,
+    "lock_duration": DEFAULT_LOCK_DURATION.total_seconds(),
+    "max_delivery_count": DEFAULT_MAX_DELIVERY_COUNT,
     "default_message_time_to_live": None,
     "dead_lettering_on_message_expiration": False,
     "dead_lettering_on_filter_evaluation_exceptions": True,
     "forward_to": None,
     "forward_dead_lettered_messages_to": None,
-    "status": "Active",
+    "status": DEFAULT_STATUS,
     "user_metadata": None,
 }
 SUBSCRIPTION_STATUSES = ("Active", "Disabled", "ReceiveDisabled")
@@ -230,15 +243,15 @@ class QueueProperties:
     enable_partitioning: bool = False
     requires_session: bool = False
     requires_duplicate_detection: bool = False
-    duplicate_detection_history_time_window: timedelta = timedelta(minutes=10)
-    lock_duration: timedelta = timedelta(seconds=60)
-    max_delivery_count: int = 10
+    duplicate_detection_history_time_window: timedelta = DEFAULT_DUPLICATE_WINDOW
+    lock_duration: timedelta = DEFAULT_LOCK_DURATION
+    max_delivery_count: int = DEFAULT_MAX_DELIVERY_COUNT
     default_message_time_to_live: timedelta | None = None
     dead_lettering_on_message_expiration: bool = False
     forward_to: str | None = None
     forward_dead_lettered_messages_to: str | None = None
-    max_size_in_megabytes: int = 1024
-    status: str = "Active"
+    max_size_in_megabytes: int = DEFAULT_MAX_SIZE_IN_MEGABYTES
+    status: str = DEFAULT_STATUS
     user_metadata: str | None = None
     auto_delete_on_idle: timedelta = timedelta.max
     max_message_size_in_kilobytes: int = 256
@@ -336,10 +349,10 @@ class TopicProperties:
     name: str
     enable_partitioning: bool = False
     requires_duplicate_detection: bool = False
-    duplicate_detection_history_time_window: timedelta = timedelta(minutes=10)
+    duplicate_detection_history_time_window: timedelta = DEFAULT_DUPLICATE_WINDOW
     default_message_time_to_live: timedelta | None = None
-    max_size_in_megabytes: int = 1024
-    status: str = "Active"
+    max_size_in_megabytes: int = DEFAULT_MAX_SIZE_IN_MEGABYTES
+    status: str = DEFAULT_STATUS
     user_metadata: str | None = None
     auto_delete_on_idle: timedelta = timedelta.max
     max_message_size_in_kilobytes: int = 256
@@ -368,14 +381,14 @@ class SubscriptionProperties:
     name: str
     topic_name: str = ""
     requires_session: bool = False
-    lock_duration: timedelta = timedelta(seconds=60)
-    max_delivery_count: int = 10
+    lock_duration: timedelta = DEFAULT_LOCK_DURATION
+    max_delivery_count: int = DEFAULT_MAX_DELIVERY_COUNT
     default_message_time_to_live: timedelta | None = None
     dead_lettering_on_message_expiration: bool = False
     dead_lettering_on_filter_evaluation_exceptions: bool = True
     forward_to: str | None = None
     forward_dead_lettered_messages_to: str | None = None
-    status: str = "Active"
+    status: str = DEFAULT_STATUS
     user_metadata: str | None = None
     auto_delete_on_idle: timedelta = timedelta.max
     enable_batched_operations: bool = True

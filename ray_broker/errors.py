@@ -40,8 +40,6 @@ class ServiceBusError(Exception):
     `entity` and `partition` name where the error happened when that is known.
     """
 
-    retryable = False
-
     def __init__(self, message: str, *, entity: str | None = None, partition: int | None = None) -> None:
         super().__init__(message)
         self.message = message
@@ -71,8 +69,6 @@ class MessagingEntityAlreadyExistsError(ServiceBusError):
 class MessagingEntityDisabledError(ServiceBusError):
     """The entity's status forbids the operation (Disabled, SendDisabled, ReceiveDisabled)."""
 
-    retryable = True
-
 
 class MessageSizeExceededError(ServiceBusError, ValueError):
     """A message or a batch is larger than the namespace allows."""
@@ -88,8 +84,6 @@ class InvalidArgumentError(InvalidOperationError, ValueError):
 
 class PartitionUnavailableError(ServiceBusError):
     """The partition that must serve a keyed operation did not answer within the timeout."""
-
-    retryable = True
 
 
 class MessageLockLostError(ServiceBusError):
@@ -107,8 +101,6 @@ class SessionLockLostError(ServiceBusError):
 class SessionCannotBeLockedError(ServiceBusError):
     """The session is locked by another receiver."""
 
-    retryable = True
-
 
 class QuotaExceededError(ServiceBusError):
     """A namespace or entity quota would be exceeded."""
@@ -117,19 +109,13 @@ class QuotaExceededError(ServiceBusError):
 class OperationTimeoutError(ServiceBusError):
     """The operation did not complete within its time limit."""
 
-    retryable = True
-
 
 class TransactionTimeoutError(OperationTimeoutError):
     """A transaction was not committed within 2 minutes of its first operation and was rolled back."""
 
-    retryable = False
-
 
 class ServerBusyError(ServiceBusError):
     """The broker is overloaded; retry after a back-off."""
-
-    retryable = True
 
 
 class UnauthorizedError(ServiceBusError):

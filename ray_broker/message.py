@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime, timedelta
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 from . import codec
 from .clock import MAX_DURATION_SECONDS, duration_seconds, to_datetime, to_epoch
@@ -120,8 +120,38 @@ def schedule_time_epoch(value: Any, name: str = "scheduled_enqueue_time_utc") ->
             f"{name} {value!r} cannot be placed in UTC ({exc}); pass a time between years 1 and 9999 UTC") from None
 
 
+class MessageBody(bytes):
+    """A message's body: `bytes` in every way but one, iterating it yields the body's data
+    sections (here always one, the whole body), as the SDK's `message.body` does, so SDK code such
+    as `b"".join(message.body)` or `for section in message.body` works unchanged. Index or slice
+    it (or `bytes(body)`) for its bytes.
+
+        body = MessageBody(b"hello")
+        assert body == b"hello" and b"".join(body) == b"hello" and list(body) == [b"hello"]
+    """
+
+    __slots__ = ()
+
+    def __iter__(self) -> Iterator[bytes]:  # type: ignore[override]
+        yield bytes(self)
+
+
+def _subject_or_label(subject: str | None, label: str | None) -> str | None:
+    """The subject given as `subject=` or by the SDK's older name `label=` (both only if equal)."""
+    if label is None:
+        return subject
+    if subject is not None and subject != label:
+        raise ValueError(f"subject {subject!r} and label {label!r} differ; label is another name for subject: "
+                         "give one of them")
+    return label
+
+
 class Message:
-    """A message to send. Validated at construction; see ../API.md for the fields."""
+    """A message to send. Validated at construction; see ../API.md for the fields.
+
+    `body` reads back as a `MessageBody` (bytes that iterate as their data sections, as in the
+    SDK). `label=` and the `label` property are the SDK's older name for `subject`.
+    """
 
     __slots__ = ("body", "application_properties", "time_to_live", "scheduled_enqueue_time_utc") + _HEADER_FIELDS
 
@@ -141,6 +171,7 @@ class Message:
         time_to_live: timedelta | None = None,
         scheduled_enqueue_time_utc: datetime | None = None,
         application_properties: Mapping[str, Any] | None = None,
+        label: str | None = None,
     ) -> None:
         if isinstance(body, str):
             _check_encodable("body", body)
@@ -149,12 +180,12 @@ class Message:
             body = bytes(body)
         elif not isinstance(body, bytes):
             raise TypeError(f"body must be bytes or str, not {type(body).__name__}")
-        self.body: bytes = body
+        self.body: bytes = MessageBody(body)
         self.message_id = _check_text("message_id", message_id)
         self.session_id = _check_text("session_id", session_id)
         self.partition_key = _check_text("partition_key", partition_key)
         self.correlation_id = _check_text("correlation_id", correlation_id)
-        self.subject = _check_text("subject", subject)
+        self.subject = _subject_or_label(_check_text("subject", subject), _check_text("label", label))
         self.to = _check_text("to", to)
         self.reply_to = _check_text("reply_to", reply_to)
         self.reply_to_session_id = _check_text("reply_to_session_id", reply_to_session_id)
@@ -173,6 +204,15 @@ class Message:
         for key, value in props.items():
             check_property(key, value)
         self.application_properties: dict[str, Any] = props
+
+    @property
+    def label(self) -> str | None:
+        """The SDK's older name for `subject`."""
+        return self.subject
+
+    @label.setter
+    def label(self, value: str | None) -> None:
+        self.subject = value
 
     def __repr__(self) -> str:
         return f"Message(body={self.body[:32]!r}{'...' if len(self.body) > 32 else ''}, message_id={self.message_id!r})"
@@ -233,7 +273,7 @@ class ReceivedMessage:
         wire = codec.unpackb(record["payload"]) if "payload" in record else record
         self._wire: Mapping[str, Any] = wire
         self._record = record
-        self.body: bytes = wire["body"]
+        self.body: bytes = MessageBody(wire["body"])
         for name in _HEADER_FIELDS:
             setattr(self, name, wire.get(name))
         self.sequence_number: int = record["sequence_number"]
@@ -255,6 +295,11 @@ class ReceivedMessage:
         """A field as the broker reported it, else as the sender set it."""
         value = self._record.get(name)
         return self._wire.get(name) if value is None else value
+
+    @property
+    def label(self) -> str | None:
+        """The SDK's older name for `subject`."""
+        return self.subject  # type: ignore[no-any-return]
 
     @property
     def application_properties(self) -> dict[str, Any]:

@@ -24,8 +24,9 @@ Envelope = dict[str, Any]
 
 
 def batches(sender: SenderBase, envelopes: Iterable[Envelope]) -> Iterator[rb.MessageBatch]:
-    """The encoded messages packed in order into batches as large as the tier allows."""
-    batch = sender.create_message_batch()
+    """The encoded messages packed in order into batches as large as the tier allows (from a sync
+    or an async sender: batches are made without I/O either way)."""
+    batch = SenderBase.create_message_batch(sender)
     for envelope in envelopes:
         try:
             batch.add_envelope(envelope)
@@ -33,7 +34,7 @@ def batches(sender: SenderBase, envelopes: Iterable[Envelope]) -> Iterator[rb.Me
             if not len(batch):
                 raise
             yield batch
-            batch = sender.create_message_batch()
+            batch = SenderBase.create_message_batch(sender)
             batch.add_envelope(envelope)
     if len(batch):
         yield batch

@@ -5,6 +5,7 @@ import asyncio
 import contextlib
 import inspect
 from datetime import timedelta
+from typing import Any
 
 from ..client.receiving import Renewable
 from ..client.renewal import FailureCallback, Registration
@@ -21,7 +22,8 @@ class AutoLockRenewer(RenewerBase, Closing):
         max_lock_renewal_duration: how long to keep each lock alive, in seconds or as a timedelta
             (default 300 s); `register` can set another limit per registration.
         on_lock_renew_failure: called as `on_lock_renew_failure(renewable, error)` once per
-            registration when renewing raised `error`; a plain function or an async one (awaited).
+            registration when its lock is lost while registered (as `rb.AutoLockRenewer` says);
+            a plain function or an async one (awaited).
 
     Example:
         async with rba.AutoLockRenewer(max_lock_renewal_duration=600) as renewer:
@@ -70,11 +72,13 @@ class AutoLockRenewer(RenewerBase, Closing):
     async def _run(self) -> None:
         while not self._closed:
             plan, sleep = self._plan()
-            if not plan.due:
+            if not plan.due and not plan.lapsed:
                 self._wake.clear()
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), sleep)
                 continue
+            for registration in plan.lapsed:
+                await self._settle_report(registration, self._report_lapse(registration))
             for registration in plan.due:
                 if self._closed:
                     return
@@ -85,11 +89,14 @@ class AutoLockRenewer(RenewerBase, Closing):
             until = await registration.receiver._renew_lock(registration.renewable)
         except Exception as error:  # noqa: BLE001 - reported to on_lock_renew_failure
             if self._failed(registration):
-                reported = self._report(registration, error)
-                if inspect.isawaitable(reported):
-                    try:
-                        await reported
-                    except Exception:  # noqa: BLE001 - a failing callback must not stop the renewal of other locks
-                        self._callback_raised(registration)
+                await self._settle_report(registration, self._report(registration, error))
             return
         self._renewed(registration, until)
+
+    async def _settle_report(self, registration: Registration[Renewable], reported: Any) -> None:
+        """Await what an async failure callback returned."""
+        if inspect.isawaitable(reported):
+            try:
+                await reported
+            except Exception:  # noqa: BLE001 - a failing callback must not stop the renewal of other locks
+                self._callback_raised(registration)

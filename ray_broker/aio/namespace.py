@@ -17,9 +17,11 @@ from ..entities import (
     TopicProperties,
     TopicRuntimeProperties,
     check_entity_name,
+    check_subscription_name,
 )
 from ..filters import RuleProperties, TrueFilter
 from .closing import Closing
+from .paging import ItemList
 from .receiver import Receiver
 from .sender import Sender
 from .transaction import Transaction
@@ -38,7 +40,7 @@ async def start(name: str, *, sku: str = "standard", partitions: int | None = No
     """`ray_broker.start`, awaited: start a namespace (or return the running one of that name).
 
     Ray object refs are awaited on this loop; joining or starting Ray and creating the actors,
-    which Ray offers no awaitable form of, run in a worker thread.
+    which Ray offers no awaitable form of, run on a thread that lives as long as the process.
     """
     return Namespace(await run_awaiting(start_flow(name, sku=sku, partitions=partitions, data_dir=data_dir,
                                                    gateways=gateways, durability=durability, address=address,
@@ -80,7 +82,8 @@ class Namespace(NamespaceBase[Sender, Receiver, Transaction], Closing):
         super().__init__(config, open_link(config, gateway_index, relay=relay), relay=relay)
 
     async def close(self) -> None:
-        """Close every sender and receiver this handle made; the namespace keeps running. Idempotent.
+        """Close every sender and receiver this handle made; the namespace keeps running, and the
+        handle makes new senders and receivers again when asked. Idempotent.
 
         Every client is closed even when one fails; the first failure is raised afterwards.
         """
@@ -114,9 +117,9 @@ class Namespace(NamespaceBase[Sender, Receiver, Transaction], Closing):
         """Delete a queue and every message in it."""
         await self._run(management.delete_queue(queue_name))
 
-    async def list_queues(self) -> list[QueueProperties]:
-        """Every queue, in name order."""
-        return await self._run(management.list_queues(self.sku))
+    def list_queues(self) -> ItemList[QueueProperties]:
+        """Every queue, in name order: `async for q in ns.list_queues()`, or `await` it for a list."""
+        return ItemList(lambda: self._run(management.list_queues(self.sku)))
 
     async def get_queue_runtime_properties(self, queue_name: str) -> QueueRuntimeProperties:
         """A queue's message counts, summed over partitions, including the settlements this
@@ -144,9 +147,9 @@ class Namespace(NamespaceBase[Sender, Receiver, Transaction], Closing):
         check_entity_name(topic_name, "topic")
         await self._run(management.delete_entity(topic_name, "topic"))
 
-    async def list_topics(self) -> list[TopicProperties]:
-        """Every topic, in name order."""
-        return await self._run(management.list_topics(self.sku))
+    def list_topics(self) -> ItemList[TopicProperties]:
+        """Every topic, in name order: `async for`, or `await` it for a list."""
+        return ItemList(lambda: self._run(management.list_topics(self.sku)))
 
     async def get_topic_runtime_properties(self, topic_name: str) -> TopicRuntimeProperties:
         """A topic's scheduled messages, stored bytes (each message once) and subscription count."""
@@ -172,9 +175,10 @@ class Namespace(NamespaceBase[Sender, Receiver, Transaction], Closing):
         """Delete a subscription and every message in it."""
         await self._run(management.delete_subscription(topic_name, subscription_name))
 
-    async def list_subscriptions(self, topic_name: str) -> list[SubscriptionProperties]:
-        """Every subscription of a topic, in name order."""
-        return await self._run(management.list_subscriptions(topic_name))
+    def list_subscriptions(self, topic_name: str) -> ItemList[SubscriptionProperties]:
+        """Every subscription of a topic, in name order: `async for`, or `await` it for a list."""
+        check_entity_name(topic_name, "topic")
+        return ItemList(lambda: self._run(management.list_subscriptions(topic_name)))
 
     async def get_subscription_runtime_properties(self, topic_name: str,
                                                   subscription_name: str) -> SubscriptionRuntimeProperties:
@@ -200,6 +204,8 @@ class Namespace(NamespaceBase[Sender, Receiver, Transaction], Closing):
         """Remove a rule from a subscription."""
         await self._run(management.delete_rule(topic_name, subscription_name, rule_name))
 
-    async def list_rules(self, topic_name: str, subscription_name: str) -> list[RuleProperties]:
-        """A subscription's rules."""
-        return await self._run(management.list_rules(topic_name, subscription_name))
+    def list_rules(self, topic_name: str, subscription_name: str) -> ItemList[RuleProperties]:
+        """A subscription's rules: `async for`, or `await` it for a list."""
+        check_entity_name(topic_name, "topic")
+        check_subscription_name(subscription_name)
+        return ItemList(lambda: self._run(management.list_rules(topic_name, subscription_name)))

@@ -70,6 +70,7 @@ class Receiver(ReceiverBase, Closing):
 
     async def __aenter__(self) -> Receiver:
         await self._run(self._open())
+        self._registered([])
         return self
 
     async def close(self) -> None:
@@ -109,7 +110,8 @@ class Receiver(ReceiverBase, Closing):
     async def receive_messages(self, max_message_count: int | None = 1,
                                max_wait_time: float | None = None) -> list[ReceivedMessage]:
         """Up to `max_message_count` messages, waiting up to `max_wait_time` seconds for the first."""
-        return await self._run(self._receive(max_message_count, max_wait_time))
+        self._check_renewer()
+        return self._registered(await self._run(self._receive(max_message_count, max_wait_time)))
 
     async def __aiter__(self) -> AsyncIterator[ReceivedMessage]:
         """Messages one by one; stops after `max_wait_time` without a message."""
@@ -119,7 +121,8 @@ class Receiver(ReceiverBase, Closing):
 
     async def receive_deferred_messages(self, sequence_numbers: int | list[int]) -> list[ReceivedMessage]:
         """Receive deferred messages by their sequence numbers."""
-        return await self._run(self._receive_deferred(sequence_numbers))
+        self._check_renewer()
+        return self._registered(await self._run(self._receive_deferred(sequence_numbers)))
 
     async def peek_messages(self, max_message_count: int = 1, *, sequence_number: int = 0,
                             end_sequence_number: int | None = None) -> list[ReceivedMessage]:

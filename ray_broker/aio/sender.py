@@ -4,7 +4,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from ..client.core import DEFAULT_TIMEOUT_S
+from ..client.core import DEFAULT_TIMEOUT_S, MessageBatch
 from ..client.flow import run_async
 from ..client.sending import SenderBase
 from .closing import Closing
@@ -22,6 +22,11 @@ class Sender(SenderBase, Closing):
         """Close the sender (it holds no broker resources)."""
         self._closed = True
 
+    async def create_message_batch(self, max_size_in_bytes: int | None = None) -> MessageBatch:  # type: ignore[override]
+        """An empty batch, bounded by the tier's batch size (or a smaller `max_size_in_bytes`);
+        awaited, as the SDK's async sender makes it."""
+        return super().create_message_batch(max_size_in_bytes)
+
     async def send_messages(self, message: Any, *, timeout: float | None = DEFAULT_TIMEOUT_S,
                             transaction: Any = None) -> None:
         """Send a message, a list of messages or a `MessageBatch` in one call."""
@@ -31,7 +36,9 @@ class Sender(SenderBase, Closing):
         """Send several batches in as few calls as routing allows: each a `MessageBatch` (or a
         message, or a list of messages, as `send_messages` takes), each stored whole on each
         partition it reaches and retried under its own producer tag, so nothing is stored twice.
-        The batches' messages bound for one partition go in one call there and one store commit.
+        The batches' messages bound for one partition go in one call there and one store commit;
+        unkeyed messages go round robin, each batch's to the partition after the last batch's (or
+        a run of `sticky_batches` batches to one partition, when the sender was made with it).
         Every batch is checked before any is sent; a failure may leave earlier batches sent.
         Bulk writers (the Spark sink) use it to cut the calls per message.
         """

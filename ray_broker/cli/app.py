@@ -19,6 +19,8 @@ from .failures import error_line, exit_code, is_help_shown
 from .quiet import quiet_ray
 
 PROG = "ray-broker"
+INTERRUPTED = 130
+"""The exit status of a run that Ctrl-C interrupted."""
 
 
 @dataclass
@@ -82,15 +84,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with quiet_ray():
             status = command.main(args=arguments, prog_name=PROG, standalone_mode=False)
+        if status == INTERRUPTED:  # typer's answer to Ctrl-C during a command
+            return _interrupted()
         return int(status or 0)
     except typer.Exit as exc:
         return int(exc.exit_code)
     except (KeyboardInterrupt, typer.Abort):
-        print("error: interrupted", file=sys.stderr)
-        return 130
+        return _interrupted()
     except Exception as exc:  # noqa: BLE001 - every failure ends as one line and an exit status
         if settings.debug:
             traceback.print_exc()
         if not is_help_shown(exc):
             print(error_line(exc), file=sys.stderr)
         return exit_code(exc)
+
+
+def _interrupted() -> int:
+    """End a run that Ctrl-C interrupted: one line, status 130."""
+    print("error: interrupted", file=sys.stderr)
+    return INTERRUPTED

@@ -11,7 +11,14 @@ from typing import Annotated, Any, Callable, Optional
 import typer
 
 from ..clock import MAX_DURATION_SECONDS
-from ..entities import MAX_DUP_WINDOW_SECONDS, MAX_LOCK_SECONDS, MIN_DUP_WINDOW_SECONDS
+from ..entities import (
+    DEFAULT_DUPLICATE_WINDOW,
+    DEFAULT_LOCK_DURATION,
+    DEFAULT_MAX_DELIVERY_COUNT,
+    MAX_DUP_WINDOW_SECONDS,
+    MAX_LOCK_SECONDS,
+    MIN_DUP_WINDOW_SECONDS,
+)
 from . import output
 from .namespaces import flags
 from .options import (
@@ -45,6 +52,11 @@ Ttl = Annotated[Optional[float], typer.Option(
 DeadLetterOnExpiry = Annotated[bool, typer.Option(
     "--dead-letter-expired", help="Dead-letter expired messages instead of dropping them.")]
 ForwardTo = Annotated[Optional[str], typer.Option("--forward-to", help="Forward every message to this entity.")]
+AsJson = Annotated[bool, typer.Option(
+    "--json", help="Print one JSON document (durations in seconds) instead of tables.")]
+
+DUPLICATE_WINDOW_S = DEFAULT_DUPLICATE_WINDOW.total_seconds()
+LOCK_DURATION_S = DEFAULT_LOCK_DURATION.total_seconds()
 
 
 def _seconds(value: float | None) -> timedelta | None:
@@ -56,6 +68,11 @@ def _shown(value: Any) -> Any:
     if isinstance(value, timedelta):
         return "never" if value == timedelta.max else f"{value.total_seconds():g} s"
     return value
+
+
+def _record(properties: Any, runtime: Any) -> dict[str, Any]:
+    """An entity as `--json` prints it: its settings, and its counts under "runtime"."""
+    return {**output.plain(properties), "runtime": output.plain(runtime)}
 
 
 def _show(properties: Any, runtime: Any) -> None:
@@ -88,8 +105,9 @@ def _found(entity: Entity, namespace: str, get: Callable[[], Any]) -> Any:
 @queue_app.command("create")
 def queue_create(name: QueueName, namespace: NamespaceOption = DEFAULT_NAMESPACE, address: AddressOption = None,
                  partitioned: Partitioned = False, sessions: Sessions = False,
-                 duplicate_detection: DuplicateDetection = False, duplicate_window: DuplicateWindow = 600.0,
-                 lock_duration: LockDuration = 60.0, max_delivery_count: MaxDeliveries = 10, ttl: Ttl = None,
+                 duplicate_detection: DuplicateDetection = False,
+                 duplicate_window: DuplicateWindow = DUPLICATE_WINDOW_S, lock_duration: LockDuration = LOCK_DURATION_S,
+                 max_delivery_count: MaxDeliveries = DEFAULT_MAX_DELIVERY_COUNT, ttl: Ttl = None,
                  dead_letter_expired: DeadLetterOnExpiry = False, forward_to: ForwardTo = None) -> None:
     """Create a queue."""
     ns = attach(namespace, address)
@@ -112,28 +130,34 @@ def queue_delete(name: QueueName, namespace: NamespaceOption = DEFAULT_NAMESPACE
 
 
 @queue_app.command("list")
-def queue_list(namespace: NamespaceOption = DEFAULT_NAMESPACE, address: AddressOption = None) -> None:
+def queue_list(namespace: NamespaceOption = DEFAULT_NAMESPACE, address: AddressOption = None,
+               as_json: AsJson = False) -> None:
     """List the queues with their settings and message counts."""
     ns = attach(namespace, address)
-    queues = ns.list_queues()
+    queues = [(q, ns.get_queue_runtime_properties(q.name)) for q in ns.list_queues()]
+    if as_json:
+        output.json_document([_record(q, rt) for q, rt in queues])
+        return
     if not queues:
         output.out(f"no queues in namespace {ns.name!r}")
         return
-    rows = []
-    for q in queues:
-        rt = ns.get_queue_runtime_properties(q.name)
-        rows.append([q.name, flags(q), q.status, _shown(q.lock_duration), q.max_delivery_count,
-                     rt.active_message_count, rt.dead_letter_message_count, rt.scheduled_message_count])
+    rows = [[q.name, flags(q), q.status, _shown(q.lock_duration), q.max_delivery_count,
+             rt.active_message_count, rt.dead_letter_message_count, rt.scheduled_message_count] for q, rt in queues]
     output.table(["queue", "flags", "status", "lock", "max deliveries", "active", "dead-letter", "scheduled"], rows)
 
 
 @queue_app.command("show")
-def queue_show(name: QueueName, namespace: NamespaceOption = DEFAULT_NAMESPACE, address: AddressOption = None) -> None:
+def queue_show(name: QueueName, namespace: NamespaceOption = DEFAULT_NAMESPACE, address: AddressOption = None,
+               as_json: AsJson = False) -> None:
     """Show a queue's settings and counts (per partition when partitioned)."""
     ns = attach(namespace, address)
     entity = Entity("queue", name)
-    _show(_found(entity, ns.name, lambda: ns.get_queue(name)),
-          _found(entity, ns.name, lambda: ns.get_queue_runtime_properties(name)))
+    properties = _found(entity, ns.name, lambda: ns.get_queue(name))
+    runtime = _found(entity, ns.name, lambda: ns.get_queue_runtime_properties(name))
+    if as_json:
+        output.json_document(_record(properties, runtime))
+    else:
+        _show(properties, runtime)
 
 
 # ---------------------------------------------------------------------------------------------- topics
@@ -142,7 +166,7 @@ def queue_show(name: QueueName, namespace: NamespaceOption = DEFAULT_NAMESPACE, 
 @topic_app.command("create")
 def topic_create(name: TopicName, namespace: NamespaceOption = DEFAULT_NAMESPACE, address: AddressOption = None,
                  partitioned: Partitioned = False, duplicate_detection: DuplicateDetection = False,
-                 duplicate_window: DuplicateWindow = 600.0, ttl: Ttl = None) -> None:
+                 duplicate_window: DuplicateWindow = DUPLICATE_WINDOW_S, ttl: Ttl = None) -> None:
     """Create a topic (standard and premium tiers)."""
     ns = attach(namespace, address)
     topic = ns.create_topic(name, enable_partitioning=partitioned, requires_duplicate_detection=duplicate_detection,
@@ -161,27 +185,33 @@ def topic_delete(name: TopicName, namespace: NamespaceOption = DEFAULT_NAMESPACE
 
 
 @topic_app.command("list")
-def topic_list(namespace: NamespaceOption = DEFAULT_NAMESPACE, address: AddressOption = None) -> None:
+def topic_list(namespace: NamespaceOption = DEFAULT_NAMESPACE, address: AddressOption = None,
+               as_json: AsJson = False) -> None:
     """List the topics with their subscription counts."""
     ns = attach(namespace, address)
-    topics = ns.list_topics()
+    topics = [(t, ns.get_topic_runtime_properties(t.name)) for t in ns.list_topics()]
+    if as_json:
+        output.json_document([_record(t, rt) for t, rt in topics])
+        return
     if not topics:
         output.out(f"no topics in namespace {ns.name!r}")
         return
-    rows = []
-    for t in topics:
-        rt = ns.get_topic_runtime_properties(t.name)
-        rows.append([t.name, flags(t), t.status, rt.subscription_count, rt.scheduled_message_count])
+    rows = [[t.name, flags(t), t.status, rt.subscription_count, rt.scheduled_message_count] for t, rt in topics]
     output.table(["topic", "flags", "status", "subscriptions", "scheduled"], rows)
 
 
 @topic_app.command("show")
-def topic_show(name: TopicName, namespace: NamespaceOption = DEFAULT_NAMESPACE, address: AddressOption = None) -> None:
+def topic_show(name: TopicName, namespace: NamespaceOption = DEFAULT_NAMESPACE, address: AddressOption = None,
+               as_json: AsJson = False) -> None:
     """Show a topic's settings and counts."""
     ns = attach(namespace, address)
     entity = Entity("topic", name)
-    _show(_found(entity, ns.name, lambda: ns.get_topic(name)),
-          _found(entity, ns.name, lambda: ns.get_topic_runtime_properties(name)))
+    properties = _found(entity, ns.name, lambda: ns.get_topic(name))
+    runtime = _found(entity, ns.name, lambda: ns.get_topic_runtime_properties(name))
+    if as_json:
+        output.json_document(_record(properties, runtime))
+    else:
+        _show(properties, runtime)
 
 
 # ---------------------------------------------------------------------------------------------- subscriptions
@@ -190,7 +220,8 @@ def topic_show(name: TopicName, namespace: NamespaceOption = DEFAULT_NAMESPACE, 
 @subscription_app.command("create")
 def subscription_create(topic: TopicName, name: SubscriptionName, namespace: NamespaceOption = DEFAULT_NAMESPACE,
                         address: AddressOption = None, sessions: Sessions = False,
-                        lock_duration: LockDuration = 60.0, max_delivery_count: MaxDeliveries = 10, ttl: Ttl = None,
+                        lock_duration: LockDuration = LOCK_DURATION_S,
+                        max_delivery_count: MaxDeliveries = DEFAULT_MAX_DELIVERY_COUNT, ttl: Ttl = None,
                         dead_letter_expired: DeadLetterOnExpiry = False, forward_to: ForwardTo = None,
                         sql_filter: Annotated[Optional[str], typer.Option(
                             "--sql-filter", help="The $Default rule's SQL filter, e.g. \"sys.label = 'x'\". "
@@ -219,32 +250,38 @@ def subscription_delete(topic: TopicName, name: SubscriptionName, namespace: Nam
 
 @subscription_app.command("list")
 def subscription_list(topic: TopicName, namespace: NamespaceOption = DEFAULT_NAMESPACE,
-                      address: AddressOption = None) -> None:
+                      address: AddressOption = None, as_json: AsJson = False) -> None:
     """List a topic's subscriptions with their message counts."""
     ns = attach(namespace, address)
-    subs = _found(Entity("topic", topic), ns.name, lambda: ns.list_subscriptions(topic))
+    subs = [(s, ns.get_subscription_runtime_properties(topic, s.name))
+            for s in _found(Entity("topic", topic), ns.name, lambda: ns.list_subscriptions(topic))]
+    if as_json:
+        output.json_document([_record(s, rt) for s, rt in subs])
+        return
     if not subs:
         output.out(f"topic {topic!r} has no subscriptions")
         return
-    rows = []
-    for s in subs:
-        rt = ns.get_subscription_runtime_properties(topic, s.name)
-        rows.append([s.name, flags(s), s.status, _shown(s.lock_duration), s.max_delivery_count,
-                     rt.active_message_count, rt.dead_letter_message_count])
+    rows = [[s.name, flags(s), s.status, _shown(s.lock_duration), s.max_delivery_count,
+             rt.active_message_count, rt.dead_letter_message_count] for s, rt in subs]
     output.table(["subscription", "flags", "status", "lock", "max deliveries", "active", "dead-letter"], rows)
 
 
 @subscription_app.command("show")
 def subscription_show(topic: TopicName, name: SubscriptionName, namespace: NamespaceOption = DEFAULT_NAMESPACE,
-                      address: AddressOption = None) -> None:
+                      address: AddressOption = None, as_json: AsJson = False) -> None:
     """Show a subscription's settings, rules and counts."""
     ns = attach(namespace, address)
     entity = Entity("subscription", topic, name)
     properties = _found(entity, ns.name, lambda: ns.get_subscription(topic, name))
-    _show(properties, ns.get_subscription_runtime_properties(topic, name))
+    runtime = ns.get_subscription_runtime_properties(topic, name)
+    rules = [[r.name, _rule_text(r.filter), _rule_text(r.action)] for r in ns.list_rules(topic, name)]
+    if as_json:
+        output.json_document({**_record(properties, runtime),
+                              "rules": [{"name": n, "filter": f, "action": a} for n, f, a in rules]})
+        return
+    _show(properties, runtime)
     output.out()
-    output.table(["rule", "filter", "action"],
-                 [[r.name, _rule_text(r.filter), _rule_text(r.action)] for r in ns.list_rules(topic, name)])
+    output.table(["rule", "filter", "action"], rules)
 
 
 def _rule_text(part: Any) -> str | None:

@@ -25,6 +25,9 @@ _OPTION_NAMES = {
     "partition_key": "--partition-key",
     "session_id": "--session-id",
     "content_type": "--content-type",
+    "message_id": "--message-id",
+    "correlation_id": "--correlation-id",
+    "time_to_live": "--ttl",
     "max_wait_time": "--wait",
     "max_message_count": "--count",
 }

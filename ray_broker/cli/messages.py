@@ -3,14 +3,17 @@ from __future__ import annotations
 
 import sys
 import uuid
+from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any, Iterator, Optional
 
 import typer
 
+from ..clock import MAX_DURATION_SECONDS
 from ..errors import InvalidArgumentError, MessageSizeExceededError
 from . import output
 from .options import DEFAULT_NAMESPACE, SUBSCRIPTIONS, AddressOption, NamespaceOption, attach, receivable, sendable
+from .properties import PROPERTY_HELP, parse_properties
 
 RECEIVE_BATCH = 100
 
@@ -35,8 +38,13 @@ def send(
     session_id: Annotated[Optional[str], typer.Option(help="Session id (at most 128 characters).")] = None,
     content_type: Annotated[Optional[str], typer.Option(help="Content type, e.g. application/json.")] = None,
     subject: Annotated[Optional[str], typer.Option(help="Subject (label).")] = None,
+    message_id: Annotated[Optional[str], typer.Option(
+        help="Message id of every message sent (at most 128 characters).  [default: a new UUID each]")] = None,
+    correlation_id: Annotated[Optional[str], typer.Option(help="Correlation id (at most 128 characters).")] = None,
+    ttl: Annotated[Optional[float], typer.Option(
+        "--ttl", help="Time to live, seconds (fractions allowed).  [default: the entity's default]")] = None,
     properties: Annotated[Optional[list[str]], typer.Option(
-        "--property", metavar="KEY=VALUE", help="An application property (repeatable; the value is text).")] = None,
+        "--property", metavar="KEY[:TYPE]=VALUE", help=PROPERTY_HELP)] = None,
     batch: Annotated[int, typer.Option(min=1, help="At most this many messages per send call.")] = 100,
     timeout: Annotated[float, typer.Option(min=0.1, help="Seconds each send call may take.")] = 60.0,
 ) -> None:
@@ -47,10 +55,11 @@ def send(
         raise typer.BadParameter("give --body or --body-file, not both", param_hint="'--body-file'")
     content = _read_body(body_file) if body_file is not None else body
     fields = dict(partition_key=partition_key, session_id=session_id, content_type=content_type, subject=subject,
-                  application_properties=_properties(properties or []))
+                  correlation_id=correlation_id, time_to_live=_time_to_live(ttl),
+                  application_properties=parse_properties(properties or []))
     try:
-        messages = [rb.Message(content if content is not None else f"message {i}", message_id=uuid.uuid4().hex,
-                               **fields) for i in range(count)]
+        messages = [rb.Message(content if content is not None else f"message {i}",
+                               message_id=message_id or uuid.uuid4().hex, **fields) for i in range(count)]
     except (TypeError, ValueError) as exc:
         raise InvalidArgumentError(str(exc)) from None
     ns = attach(namespace, address)
@@ -64,6 +73,17 @@ def send(
     output.out(f"sent {count} message(s) to {target}")
 
 
+def _time_to_live(seconds: float | None) -> timedelta | None:
+    """`--ttl` as a duration; `InvalidArgumentError` unless it is from 1 microsecond to the longest
+    time to live."""
+    if seconds is None:
+        return None
+    if not 1e-6 <= seconds <= MAX_DURATION_SECONDS:
+        raise InvalidArgumentError(f"--ttl must be from 0.000001 to {MAX_DURATION_SECONDS:.0f} seconds, "
+                                   f"got {seconds:g}; leave it out for the entity's default")
+    return timedelta(seconds=seconds)
+
+
 def _read_body(path: str) -> bytes:
     if path == "-":
         return sys.stdin.buffer.read()
@@ -71,16 +91,6 @@ def _read_body(path: str) -> bytes:
         return Path(path).read_bytes()
     except OSError as exc:
         raise typer.BadParameter(f"cannot read {path!r}: {exc.strerror or exc}", param_hint="'--body-file'") from None
-
-
-def _properties(pairs: list[str]) -> dict[str, Any]:
-    result: dict[str, Any] = {}
-    for pair in pairs:
-        key, found, value = pair.partition("=")
-        if not found or not key:
-            raise typer.BadParameter(f"{pair!r} is not KEY=VALUE", param_hint="'--property'")
-        result[key] = value
-    return result
 
 
 def _batches(sender: Any, messages: list[Any], most: int) -> Iterator[Any]:
@@ -124,7 +134,7 @@ def receive(
     import ray_broker as rb
 
     ns = attach(namespace, address)
-    target, properties = receivable(ns, entity)
+    target, properties = receivable(ns, entity, "receive")
     session = None
     if not dead_letter and properties.requires_session:
         session = session_id or rb.NEXT_AVAILABLE_SESSION
@@ -161,7 +171,7 @@ def peek(
 ) -> None:
     """Browse up to --count messages without locking or settling them."""
     ns = attach(namespace, address)
-    target, properties = receivable(ns, entity)
+    target, properties = receivable(ns, entity, "peek")
     session = session_id if not dead_letter and properties.requires_session else None
     receiver = target.receiver(ns, dead_letter=dead_letter, session_id=session)
     with receiver:

@@ -10,7 +10,13 @@ import typer
 from ..errors import InvalidOperationError
 from . import output
 from .options import DEFAULT_NAMESPACE, AddressOption, NamespaceOption, attach
-from .status import PARTITION_HEADERS, entity_runtimes, partition_counts, partition_statuses
+from .status import (
+    PARTITION_HEADERS,
+    STATUS_PARTITION_KEYS,
+    entity_runtimes,
+    partition_counts,
+    partition_statuses,
+)
 
 
 class SkuChoice(str, Enum):
@@ -51,12 +57,17 @@ def start(
 
     import ray_broker as rb
     from ..client.lifecycle import cluster_address, ensure_ray, local_head_address, running_config
+    from ..config import check_start_options, store_directory, stored_config_for
     from ..ray_head import start_head
 
     wanted = {"sku": sku and sku.value, "partition_count": partitions, "data_dir": data_dir, "gateways": gateways,
               "durability": durability and durability.value}
+    tier, count = check_start_options(namespace, sku=wanted["sku"] or "standard", partitions=partitions,
+                                      gateways=gateways or 1, durability=wanted["durability"] or "normal")
     target = cluster_address(address)
     if target is None:
+        if wanted["durability"] != "memory":
+            stored_config_for(namespace, tier, count, store_directory(namespace, data_dir))
         head = start_head(port, local_head_address)
         output.out(f"started a Ray head at {head.address} (pid {head.pid}; `ray-broker stop --ray` stops it)")
         target = head.address
@@ -102,21 +113,21 @@ def stop(
     """Stop a namespace (its data stays unless --delete-data)."""
     import ray
 
-    import ray_broker as rb
-    from ..client.lifecycle import cluster_address, ensure_ray, running_config
+    from ..client.lifecycle import cluster_address, ensure_ray, running_config, stop_namespace
     from ..ray_head import started_head, stop_head
 
     failure: Exception | None = None
     try:
         target = cluster_address(address)
         if target is None:
-            output.out("no Ray cluster is running here; no namespace to stop")
+            outcome = f"no Ray cluster is running here, so namespace {namespace!r} is not running"
         else:
             ensure_ray(target)
-            outcome = "stopped" if running_config(namespace) is not None else "was not running"
-            rb.stop(namespace, delete_data=delete_data)
-            ray.shutdown()
-            output.out(f"namespace {namespace!r} {outcome}" + ("; its data is deleted" if delete_data else ""))
+            outcome = f"namespace {namespace!r} " + ("stopped" if running_config(namespace) is not None
+                                                     else "was not running")
+        deleted = stop_namespace(namespace, delete_data=delete_data, address=address)
+        ray.shutdown()
+        output.out(outcome + (_deletion(namespace, deleted) if delete_data else ""))
     except Exception as exc:  # noqa: BLE001 - with --ray the head is still stopped; raised after that
         if not ray_head:
             raise
@@ -132,9 +143,23 @@ def stop(
         raise failure
 
 
-def status(namespace: NamespaceOption = DEFAULT_NAMESPACE, address: AddressOption = None) -> None:
+def _deletion(namespace: str, deleted: str | None) -> str:
+    """What `stop --delete-data` did: deleted the namespace's stores, or found none to delete."""
+    from ..config import default_data_dir
+
+    if deleted is not None:
+        return "; its data is deleted"
+    return f"; it has no data to delete in {default_data_dir(namespace)}"
+
+
+def status(namespace: NamespaceOption = DEFAULT_NAMESPACE, address: AddressOption = None,
+           as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document instead of tables.")] = False,
+           ) -> None:
     """Show each partition (node, pid, health, restarts, counts) and each queue's and subscription's counts."""
     ns = attach(namespace, address)
+    if as_json:
+        output.json_document(status_document(ns))
+        return
     config = ns.config
     output.out(f"namespace {ns.name!r}: sku={config.sku}, {ns.partition_count} partitions, "
                f"{config.gateways} gateway(s), durability={config.durability}, data_dir={config.data_dir or '-'}")
@@ -151,6 +176,21 @@ def status(namespace: NamespaceOption = DEFAULT_NAMESPACE, address: AddressOptio
                  [[path, kind, flags(props), props.status, rt.availability, rt.active_message_count,
                    rt.dead_letter_message_count, rt.scheduled_message_count, rt.size_in_bytes]
                   for kind, path, props, rt in entities])
+
+
+def status_document(ns: Any) -> dict[str, Any]:
+    """What `status --json` prints: the namespace's settings, each partition (as the table shows
+    it) and each queue and subscription with its settings and counts."""
+    config = ns.config
+    entities = entity_runtimes(ns)
+    counts = partition_counts([runtime for *_, runtime in entities], ns.partition_count)
+    return {
+        "namespace": ns.name, "sku": config.sku, "partition_count": ns.partition_count, "gateways": config.gateways,
+        "durability": config.durability, "data_dir": config.data_dir,
+        "partitions": [dict(zip(STATUS_PARTITION_KEYS, p.row(counts[p.index]))) for p in partition_statuses(ns)],
+        "entities": [{"path": path, "kind": kind, **output.plain(props), "runtime": output.plain(rt)}
+                     for kind, path, props, rt in entities],
+    }
 
 
 def flags(properties: Any) -> str:

@@ -72,15 +72,28 @@ class Entity:
         return ns.get_subscription_receiver(self.name, self.subscription, **options)
 
 
-def receivable(ns: Any, path: str) -> tuple[Entity, Any]:
+def receivable(ns: Any, path: str, command: str) -> tuple[Entity, Any]:
     """The queue, or the subscription `topic/subscriptions/sub`, that `path` names, with its
-    properties; `MessagingEntityNotFoundError` (saying how to list them) when there is none."""
+    properties, for `ray-broker <command>`; `InvalidOperationError` (saying to name one of its
+    subscriptions) when `path` is a topic, `MessagingEntityNotFoundError` (saying how to list
+    them) when there is no such entity."""
     topic, found, subscription = path.partition(SUBSCRIPTIONS)
     if found:
         entity = Entity("subscription", topic, subscription)
         return entity, _existing(entity, ns.name, lambda: ns.get_subscription(topic, subscription))
     entity = Entity("queue", path)
-    return entity, _existing(entity, ns.name, lambda: ns.get_queue(path))
+    try:
+        return entity, ns.get_queue(path)
+    except MessagingEntityNotFoundError:
+        pass
+    try:
+        ns.get_topic(path)
+    except (MessagingEntityNotFoundError, InvalidOperationError):
+        raise not_found(entity, ns.name) from None
+    raise InvalidOperationError(
+        f"{path!r} is a topic: {command} from one of its subscriptions "
+        f"(`ray-broker {command} {path}{SUBSCRIPTIONS}SUBSCRIPTION -n {ns.name}`; "
+        f"`ray-broker subscription list {path} -n {ns.name}` lists them)", entity=path)
 
 
 def sendable(ns: Any, name: str) -> Entity:

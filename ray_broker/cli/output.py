@@ -1,11 +1,12 @@
 """What the commands print: tables and lines on standard output, progress and notes on standard
-error, messages as table rows or JSON lines."""
+error, messages as table rows or JSON lines, and JSON documents for `--json`."""
 from __future__ import annotations
 
 import base64
 import json
 import sys
-from datetime import datetime
+from dataclasses import fields, is_dataclass
+from datetime import datetime, timedelta
 from typing import Any, Sequence
 
 from rich.console import Console
@@ -38,6 +39,26 @@ def note(text: str) -> None:
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, title: str | None = None) -> None:
     """Print a table on standard output."""
     _console(sys.stdout).print(make_table(headers, rows, title=title))
+
+
+def json_document(document: Any) -> None:
+    """Print `document` as one JSON document on standard output (dataclasses as objects, durations
+    as seconds, times as ISO 8601), unwrapped and uncoloured, for programs to parse."""
+    print(json.dumps(plain(document), indent=2))
+
+
+def plain(value: Any) -> Any:
+    """`value` as JSON has it: a dataclass as an object of its fields, a duration as seconds (None
+    for "never"), a time as ISO 8601 text, bytes as text or base64, lists and mappings element-wise."""
+    if is_dataclass(value) and not isinstance(value, type):
+        return {f.name: plain(getattr(value, f.name)) for f in fields(value)}
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    if isinstance(value, timedelta):
+        return None if value == timedelta.max else value.total_seconds()
+    return _plain(value)
 
 
 def progress(total: int, what: str) -> Progress:
@@ -80,6 +101,7 @@ def message_json(message: Any) -> str:
         "partition_key": message.partition_key, "correlation_id": message.correlation_id,
         "subject": message.subject, "content_type": message.content_type,
         "delivery_count": message.delivery_count, "enqueued_time_utc": _iso(message.enqueued_time_utc),
+        "time_to_live": plain(message.time_to_live), "expires_at_utc": _iso(message.expires_at_utc),
         "dead_letter_reason": message.dead_letter_reason,
         "application_properties": {str(k): _plain(v) for k, v in message.application_properties.items()},
     }

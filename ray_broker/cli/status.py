@@ -27,6 +27,9 @@ class PartitionStatus:
 
 
 PARTITION_HEADERS = ["partition", "node", "pid", "health", "restarts", "active", "dead-letter", "scheduled"]
+STATUS_PARTITION_KEYS = ["index", "node", "pid", "health", "restarts", "active_message_count",
+                         "dead_letter_message_count", "scheduled_message_count"]
+"""The keys of a partition's row in `status --json` (the columns of `PARTITION_HEADERS`)."""
 
 
 def partition_statuses(ns: Any, timeout: float = PING_TIMEOUT_S) -> list[PartitionStatus]:
@@ -34,12 +37,12 @@ def partition_statuses(ns: Any, timeout: float = PING_TIMEOUT_S) -> list[Partiti
     reads its node, state and restart count from Ray's actor table."""
     import ray
 
-    from ..config import RAY_NAMESPACE
+    from ..config import RAY_NAMESPACE, partition_actor_name
 
     handles: list[Any] = []
     for k in range(ns.partition_count):
         try:
-            handles.append(ray.get_actor(f"{ns.name}.partition.{k}", namespace=RAY_NAMESPACE))
+            handles.append(ray.get_actor(partition_actor_name(ns.name, k), namespace=RAY_NAMESPACE))
         except ValueError:
             handles.append(None)
     pids = _answers([None if h is None else h.pid.remote() for h in handles], timeout)

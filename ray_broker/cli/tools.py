@@ -3,8 +3,6 @@ local Ray of its own."""
 from __future__ import annotations
 
 import importlib
-import sys
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -28,15 +26,11 @@ def bench(ctx: typer.Context) -> None:
 
 
 def benchmark_suite() -> Any:
-    """The `benchmarks.suite` module: importable, or found in the source checkout this package lives in."""
+    """The `benchmarks.suite` module, installed with this package."""
     try:
         return importlib.import_module("benchmarks.suite")
     except ModuleNotFoundError as exc:
         if exc.name not in ("benchmarks", "benchmarks.suite"):
             raise
-    checkout = str(Path(__file__).resolve().parents[2])
-    if (Path(checkout) / "benchmarks" / "suite.py").exists() and checkout not in sys.path:
-        sys.path.insert(0, checkout)
-        return importlib.import_module("benchmarks.suite")
-    raise InvalidOperationError("the benchmark suite (benchmarks/suite.py) is not available: run `ray-broker bench` "
-                                "from an editable install of a source checkout")
+    raise InvalidOperationError("the benchmark suite (the benchmarks package) is not installed: reinstall ray-broker "
+                                "(`pip install ray-broker`, or `pip install -e .` in its source checkout)")

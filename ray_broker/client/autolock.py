@@ -17,14 +17,19 @@ class AutoLockRenewer(RenewerBase):
     A registration lasts until the message is settled, its receiver is closed, this renewer is
     closed, or `max_lock_renewal_duration` has passed since it was registered (the lock then
     expires as usual). A lock is renewed when 10 s of it remain, or half of it for shorter locks.
+    A receiver made with `auto_lock_renewer=renewer` registers what it receives (its session, for
+    a session receiver) by itself.
 
     Args:
         max_lock_renewal_duration: how long to keep each lock alive, in seconds or as a timedelta
             (default 300 s); `register` can set another limit per registration.
         on_lock_renew_failure: called as `on_lock_renew_failure(renewable, error)`, once per
-            registration and from the renewer's thread, when renewing raised `error`: the lock was
-            lost, the receiver was closed during a renewal, the entity was deleted. Not called when a
-            registration ends for the reasons above.
+            registration and from the renewer's thread, when the lock is lost while registered:
+            renewing raised `error` (the lock was lost, the receiver was closed during a renewal,
+            the entity was deleted), or `max_lock_renewal_duration` elapsed and the lock then
+            expired before the message was settled or the receiver closed (`error` is then a
+            `MessageLockLostError` or `SessionLockLostError` saying so). Not called when a
+            registration ends by settling, closing the receiver or closing this renewer.
 
     Example:
         with rb.AutoLockRenewer(max_lock_renewal_duration=600) as renewer:
@@ -96,9 +101,11 @@ class AutoLockRenewer(RenewerBase):
                 if self._closed:
                     return
                 plan, sleep = self._plan()
-                if not plan.due:
+                if not plan.due and not plan.lapsed:
                     self._cond.wait(sleep)
                     continue
+            for registration in plan.lapsed:
+                self._report_lapse(registration)
             for registration in plan.due:
                 if self._closed:
                     return

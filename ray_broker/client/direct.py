@@ -132,6 +132,9 @@ class DirectLink:
         except concurrent.futures.TimeoutError:
             future.cancel()
             raise self._timed_out(operation, timeout) from None
+        except BaseException:
+            future.cancel()
+            raise
 
     async def _serve(self, operation: str, args: tuple[Any, ...], timeout: float) -> Any:
         if operation in DATA_OPERATIONS:

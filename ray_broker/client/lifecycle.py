@@ -4,13 +4,15 @@ Which Ray a call uses, in order: the one this process already joined; `address` 
 a new embedded Ray, "auto" the `ray start` head of this machine); `RAY_ADDRESS`; the `ray start`
 head of this machine when one is running; else (for `start` only) a new embedded local Ray that
 lives as long as this process. Joining never passes settings that only a new cluster takes, and
-an address where no cluster answers fails fast with `ClusterUnreachableError`.
+an address where no Ray head answers (nothing listens, something that is no GCS, a Ray Client
+`ray://` address) fails within seconds with `ClusterUnreachableError` (see `reach.py`).
 
 Each of `start`, `connect` and `stop` is a flow (see `flow.py`) of lifecycle steps: waits on Ray
 object refs, pauses, and calls that have no awaitable form (joining or starting Ray, creating and
 killing actors, removing stores). `run_blocking` runs a flow in the calling thread; `run_awaiting`
-runs it on the caller's event loop, awaiting refs and pauses and running those blocking calls in a
-worker thread.
+runs it on the caller's event loop, awaiting refs and pauses and running those blocking calls on a
+thread that lives as long as the process (`blocking.py`: a local Ray dies with the thread that
+started it).
 
 The only client module that imports `actors`.
 """
@@ -20,7 +22,6 @@ import asyncio
 import logging
 import os
 import shutil
-import socket
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Generator, TypeVar, Union
@@ -34,6 +35,8 @@ from ..config import (
     NamespaceConfig,
     check_auth_token,
     check_namespace_name,
+    check_start_options,
+    gateway_actor_name,
     load_config,
     plan_config,
     save_config,
@@ -41,8 +44,10 @@ from ..config import (
 )
 from ..engine.store_lock import holder_of, refusal
 from ..errors import ClusterUnreachableError, NamespaceNotRunningError
-from ..sku import get_sku
+from .blocking import BLOCKING
 from .flow import drive, drive_async
+from .ray_notices import silence_ray_notices
+from .reach import check_ray_head
 
 logger = logging.getLogger("ray_broker")
 
@@ -51,8 +56,6 @@ LOCAL_RAY_SYSTEM_CONFIG = {"max_direct_call_object_size": 1024 * 1024}
 travels inline with its call instead of through the object store. A cluster the library joins
 keeps its own settings (Ray takes them only when a cluster starts)."""
 
-REACH_TIMEOUT_S = 10.0
-"""How long to try a cluster's address before declaring it unreachable."""
 TEARDOWN_WAIT_S = 30.0
 """How long `stop` waits for killed partitions to let go of their stores before deleting them."""
 _RUNNING_CONFIG_TIMEOUT_S = 120.0
@@ -80,7 +83,7 @@ class Pause:
 
 @dataclass(frozen=True)
 class Blocking:
-    """Call `function(*args)`: a call with no awaitable form, which an event loop runs in a worker thread."""
+    """Call `function(*args)`: a call with no awaitable form, which an event loop runs on the blocking thread."""
 
     function: Callable[..., Any]
     args: tuple[Any, ...] = ()
@@ -99,7 +102,7 @@ def run_blocking(flow: LifecycleFlow[T]) -> T:
 async def run_awaiting(flow: LifecycleFlow[T]) -> T:
     """Run a lifecycle flow on the running event loop without blocking it: refs and pauses are
     awaited; `Blocking` steps (joining or starting Ray, creating or killing actors, removing stores:
-    Ray offers no awaitable form of them) run in a worker thread."""
+    Ray offers no awaitable form of them) run on a thread that lives as long as the process."""
     return await drive_async(flow, _awaited)
 
 
@@ -115,7 +118,7 @@ async def _awaited(step: Step) -> Any:
     if isinstance(step, Pause):
         return await asyncio.sleep(step.seconds)
     if isinstance(step, Blocking):
-        return await asyncio.to_thread(step.function, *step.args)
+        return await BLOCKING.run(step.function, *step.args)
     refs = step.refs if isinstance(step.refs, list) else [step.refs]
     try:
         values = await asyncio.wait_for(asyncio.gather(*refs), step.timeout)
@@ -160,27 +163,11 @@ def _resolve(address: str | None) -> tuple[str | None, str | None]:
     return ("auto", head) if wanted == head else (wanted, wanted)
 
 
-def check_reachable(address: str, timeout: float = REACH_TIMEOUT_S) -> None:
-    """Raise `ClusterUnreachableError` unless something accepts connections at `address`'s host:port."""
-    host_port = address.split("://", 1)[-1].rstrip("/")
-    host, _, port = host_port.rpartition(":")
-    if not host or not port.isdigit():
-        raise ClusterUnreachableError(
-            f"Ray address {address!r} is not host:port (or ray://host:port, 'auto', 'local'); check the address")
-    try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
-            pass
-    except OSError as exc:
-        raise ClusterUnreachableError(
-            f"no Ray cluster answers at {address} ({exc.strerror or exc}); check that the cluster is running "
-            "(`ray status --address ...`), that the host and port are those of its head (GCS, usually 6379), "
-            "and that no firewall is in the way") from None
-
-
 def ensure_ray(address: str | None = None) -> None:
     """Join the cluster `cluster_address(address)` names, or start a local Ray; nothing if Ray is up."""
     if ray.is_initialized():
         return
+    silence_ray_notices()
     target, probe = _resolve(address)
     if target is None or probe is None:
         ray.init(address="local", namespace=RAY_NAMESPACE, include_dashboard=False, log_to_driver=False,
@@ -188,7 +175,7 @@ def ensure_ray(address: str | None = None) -> None:
         logger.info("started an embedded local Ray (it lives as long as this process); message batches up to "
                     "%d bytes travel inline with their calls", LOCAL_RAY_SYSTEM_CONFIG["max_direct_call_object_size"])
         return
-    check_reachable(probe)
+    check_ray_head(probe)
     ray.init(address=target, namespace=RAY_NAMESPACE, log_to_driver=False, logging_level=logging.ERROR)
     logger.info("joined the Ray cluster at %s; it keeps its own inline object limit (the library sets one "
                 "only on a Ray it starts)", target)
@@ -198,7 +185,7 @@ def running_config_flow(name: str) -> LifecycleFlow[NamespaceConfig | None]:
     """The configuration of namespace `name` if it runs on the joined cluster, else None."""
     from actors.handles import find_actor
 
-    gateway = find_actor(f"{name}.gateway.0")
+    gateway = find_actor(gateway_actor_name(name, 0))
     if gateway is None:
         return None
     return NamespaceConfig(**(yield Wait(gateway.config.remote(), _RUNNING_CONFIG_TIMEOUT_S)))
@@ -240,8 +227,7 @@ def start_flow(name: str, *, sku: str, partitions: int | None, data_dir: str | N
     configuration."""
     from actors.deploy import deploy
 
-    check_namespace_name(name)
-    get_sku(sku)
+    check_start_options(name, sku=sku, partitions=partitions, gateways=gateways, durability=durability)
     required = token_hash(auth_token)
     yield from ray_flow(address)
     running = yield from running_config_flow(name)
@@ -300,35 +286,37 @@ def connect_namespace(name: str, address: str | None, how_to_start: str,
     return run_blocking(connect_flow(name, address, how_to_start, auth_token))
 
 
-def stop_namespace(name: str, *, delete_data: bool) -> None:
+def stop_namespace(name: str, *, delete_data: bool, address: str | None = None) -> str | None:
     """`stop_flow`, in this thread."""
-    run_blocking(stop_flow(name, delete_data=delete_data))
+    return run_blocking(stop_flow(name, delete_data=delete_data, address=address))
 
 
-def stop_flow(name: str, *, delete_data: bool) -> LifecycleFlow[None]:
-    """Stop namespace `name`'s actors if it runs on the cluster found here; with `delete_data`, also
-    remove its stores (refused while another process holds them)."""
+def stop_flow(name: str, *, delete_data: bool, address: str | None = None) -> LifecycleFlow[str | None]:
+    """Stop namespace `name`'s actors if it runs on the cluster `cluster_address(address)` names (or
+    this process joined); with `delete_data`, also remove its stores (refused while another process
+    holds them), with no cluster as well. Returns the directory removed, if any."""
     from actors.deploy import teardown
 
     from ..config import default_data_dir
 
     check_namespace_name(name)
     config: NamespaceConfig | None = None
-    if ray.is_initialized() or cluster_address() is not None:
-        yield from ray_flow()
+    if ray.is_initialized() or cluster_address(address) is not None:
+        yield from ray_flow(address)
         config = yield from running_config_flow(name)
         yield Blocking(teardown, (name, None if config is None else config.partition_count,
                                   None if config is None else config.gateways))
     if not delete_data:
-        return
+        return None
     directory = config.data_dir if config is not None else default_data_dir(name)
     stored = load_config(directory) if directory and os.path.isdir(directory) else None
     if stored is None:
-        return
+        return None
     yield from stores_free_flow(stored, wait_s=TEARDOWN_WAIT_S if config is not None else 0.0)
     yield Blocking(shutil.rmtree, (directory,))
+    return directory
 
 
-__all__ = ["LOCAL_RAY_SYSTEM_CONFIG", "ensure_ray", "cluster_address", "local_head_address", "check_reachable",
+__all__ = ["LOCAL_RAY_SYSTEM_CONFIG", "ensure_ray", "cluster_address", "local_head_address",
            "start_flow", "connect_flow", "stop_flow", "run_blocking", "run_awaiting", "start_namespace",
            "connect_namespace", "stop_namespace", "running_config", "ensure_stores_free"]

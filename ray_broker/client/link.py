@@ -7,11 +7,13 @@ import time
 from typing import Any
 
 import ray
-from ray.exceptions import ActorDiedError, ActorUnavailableError, GetTimeoutError, RayActorError, RayTaskError
+from ray.exceptions import GetTimeoutError, RayError, RayTaskError
 
+from ..callers import caller_token
 from ..config import NamespaceConfig
 from ..errors import OperationTimeoutError, unwrap_remote_error
 from ..routing.health import RETRY_BACKOFF
+from ..routing.ray_channel import GONE_FOR_GOOD
 from .core import CALL_GRACE_S
 
 
@@ -24,14 +26,34 @@ class RetryAction(enum.Enum):
 
 
 def classify_gateway_failure(exc: BaseException) -> tuple[RetryAction, BaseException]:
-    """Decide how to handle an exception from a gateway call; returns the action and the error to raise."""
+    """Decide how to handle an exception from a gateway call; returns the action and the error to raise.
+
+    The gateway's own (typed) errors are raised; when Ray will not restart the gateway (died for
+    good, unschedulable) it is made again; any other error of Ray's (restarting, its node lost, ...)
+    is waited out: a Ray exception is never raised as it is."""
     if isinstance(exc, RayTaskError):
-        return RetryAction.RAISE, unwrap_remote_error(exc)
-    if isinstance(exc, ActorDiedError):
+        error = unwrap_remote_error(exc)
+        return (RetryAction.BACKOFF, error) if isinstance(error, RayError) else (RetryAction.RAISE, error)
+    if isinstance(exc, GONE_FOR_GOOD):
         return RetryAction.RECREATE, exc
-    if isinstance(exc, (ActorUnavailableError, RayActorError)):
+    if isinstance(exc, RayError):
         return RetryAction.BACKOFF, exc
     return RetryAction.RAISE, exc
+
+
+WAITING_OPERATIONS = frozenset({"receive"})
+"""Gateway operations that may wait long on the caller's behalf. They carry the caller's token (the
+gateway hands nothing to a caller that died meanwhile) and are cancelled at the gateway when the
+caller stops waiting (interrupted or cancelled): a receive given up on ends its waits and gives
+back what it locked, uncounted. Other operations run to their end (a management change left half
+done would be worse)."""
+
+
+def abandon(operation: str, ref: Any) -> None:
+    """The caller stopped waiting for gateway call `ref` of `operation`: cancel it if it is one of
+    `WAITING_OPERATIONS`."""
+    if operation in WAITING_OPERATIONS:
+        ray.cancel(ref, recursive=False)  # the gateway's own partition calls are ended by the receive
 
 
 class GatewayLink:
@@ -56,11 +78,14 @@ class GatewayLink:
         deadline = time.monotonic() + timeout + CALL_GRACE_S
         attempt = 0
         while True:
-            ref = self.handle().call.remote(operation, *args)
+            ref = self._submit(operation, args)
             try:
                 return ray.get(ref, timeout=max(deadline - time.monotonic(), 0.1))
             except Exception as exc:  # noqa: BLE001 - classified by _retry_delay
                 delay = self._retry_delay(exc, ref, operation, timeout, deadline, attempt)
+            except BaseException:
+                abandon(operation, ref)
+                raise
             attempt += 1
             time.sleep(delay)
 
@@ -69,7 +94,7 @@ class GatewayLink:
         deadline = time.monotonic() + timeout + CALL_GRACE_S
         attempt = 0
         while True:
-            ref = self.handle().call.remote(operation, *args)
+            ref = self._submit(operation, args)
             try:
                 return await asyncio.wait_for(asyncio.wrap_future(ref.future()),
                                               timeout=max(deadline - time.monotonic(), 0.1))
@@ -77,8 +102,17 @@ class GatewayLink:
                 delay = self._retry_delay(GetTimeoutError(), ref, operation, timeout, deadline, attempt)
             except Exception as exc:  # noqa: BLE001 - classified by _retry_delay
                 delay = self._retry_delay(exc, ref, operation, timeout, deadline, attempt)
+            except BaseException:
+                abandon(operation, ref)
+                raise
             attempt += 1
             await asyncio.sleep(delay)
+
+    def _submit(self, operation: str, args: tuple[Any, ...]) -> Any:
+        """Send one call to the gateway; a waiting one carries this process's `caller_token`."""
+        if operation in WAITING_OPERATIONS:
+            return self.handle().call.remote(operation, *args, caller=caller_token())
+        return self.handle().call.remote(operation, *args)
 
     def _retry_delay(self, exc: BaseException, ref: Any, operation: str, timeout: float, deadline: float,
                      attempt: int) -> float:

@@ -7,6 +7,11 @@ from typing import Any, TypeVar
 
 from ..config import NamespaceConfig
 from ..entities import (
+    DEFAULT_DUPLICATE_WINDOW,
+    DEFAULT_LOCK_DURATION,
+    DEFAULT_MAX_DELIVERY_COUNT,
+    DEFAULT_MAX_SIZE_IN_MEGABYTES,
+    DEFAULT_STATUS,
     QueueProperties,
     QueueRuntimeProperties,
     SubscriptionProperties,
@@ -60,7 +65,8 @@ class Namespace(NamespaceBase[Sender, Receiver, Transaction]):
     """A handle to a running namespace; picklable, so it can travel into tasks and actors.
 
     Also a context manager: `close()` (or leaving `with`) closes the senders and receivers this
-    handle made and leaves the namespace running (`rb.stop` stops it). A pickled handle arrives open.
+    handle made and leaves the namespace running (`rb.stop` stops it); the handle itself serves
+    again on its next use, so one handle can serve several `with` blocks, as the SDK's client does.
 
     Senders and receivers send and receive straight from the partitions (the gateway hands out
     their handles); with `relay=True` every call goes through the gateway instead, for callers
@@ -88,7 +94,8 @@ class Namespace(NamespaceBase[Sender, Receiver, Transaction]):
 
     def close(self) -> None:
         """Close every sender and receiver this handle made (receivers first send their pending
-        settlements and release what they hold); the namespace keeps running. Idempotent.
+        settlements and release what they hold); the namespace keeps running, and the handle makes
+        new senders and receivers again when asked. Idempotent.
 
         Every client is closed even when one fails; the first failure is raised afterwards.
         """
@@ -108,12 +115,14 @@ class Namespace(NamespaceBase[Sender, Receiver, Transaction]):
 
     def create_queue(self, queue_name: str, *, enable_partitioning: bool = False, requires_session: bool = False,
                      requires_duplicate_detection: bool = False,
-                     duplicate_detection_history_time_window: timedelta = timedelta(minutes=10),
-                     lock_duration: timedelta = timedelta(seconds=60), max_delivery_count: int = 10,
+                     duplicate_detection_history_time_window: timedelta = DEFAULT_DUPLICATE_WINDOW,
+                     lock_duration: timedelta = DEFAULT_LOCK_DURATION,
+                     max_delivery_count: int = DEFAULT_MAX_DELIVERY_COUNT,
                      default_message_time_to_live: timedelta | None = None,
                      dead_lettering_on_message_expiration: bool = False, forward_to: str | None = None,
-                     forward_dead_lettered_messages_to: str | None = None, max_size_in_megabytes: int = 1024,
-                     status: str = "Active", user_metadata: str | None = None) -> QueueProperties:
+                     forward_dead_lettered_messages_to: str | None = None,
+                     max_size_in_megabytes: int = DEFAULT_MAX_SIZE_IN_MEGABYTES, status: str = DEFAULT_STATUS,
+                     user_metadata: str | None = None) -> QueueProperties:
         """Create a queue (partitioned over every partition, or whole on one).
 
         `user_metadata` is free text kept with the queue (at most 1024 characters).
@@ -165,9 +174,10 @@ class Namespace(NamespaceBase[Sender, Receiver, Transaction]):
 
     def create_topic(self, topic_name: str, *, enable_partitioning: bool = False,
                      requires_duplicate_detection: bool = False,
-                     duplicate_detection_history_time_window: timedelta = timedelta(minutes=10),
-                     default_message_time_to_live: timedelta | None = None, max_size_in_megabytes: int = 1024,
-                     status: str = "Active", user_metadata: str | None = None) -> TopicProperties:
+                     duplicate_detection_history_time_window: timedelta = DEFAULT_DUPLICATE_WINDOW,
+                     default_message_time_to_live: timedelta | None = None,
+                     max_size_in_megabytes: int = DEFAULT_MAX_SIZE_IN_MEGABYTES, status: str = DEFAULT_STATUS,
+                     user_metadata: str | None = None) -> TopicProperties:
         """Create a topic (partitioned over every partition, or whole on one); its subscriptions
         share its partitioning. `InvalidOperationError` on the basic tier."""
         options = {
@@ -203,12 +213,13 @@ class Namespace(NamespaceBase[Sender, Receiver, Transaction]):
     # ------------------------------------------------------------------ subscriptions
 
     def create_subscription(self, topic_name: str, subscription_name: str, *, requires_session: bool = False,
-                            lock_duration: timedelta = timedelta(seconds=60), max_delivery_count: int = 10,
+                            lock_duration: timedelta = DEFAULT_LOCK_DURATION,
+                            max_delivery_count: int = DEFAULT_MAX_DELIVERY_COUNT,
                             default_message_time_to_live: timedelta | None = None,
                             dead_lettering_on_message_expiration: bool = False,
                             dead_lettering_on_filter_evaluation_exceptions: bool = True,
                             forward_to: str | None = None, forward_dead_lettered_messages_to: str | None = None,
-                            status: str = "Active", user_metadata: str | None = None,
+                            status: str = DEFAULT_STATUS, user_metadata: str | None = None,
                             rule: Any = None) -> SubscriptionProperties:
         """Create a subscription of a topic. `rule` is the filter of its "$Default" rule
         (`SqlFilter`, `CorrelationFilter`, `TrueFilter` or `FalseFilter`; None gives a TrueFilter)."""

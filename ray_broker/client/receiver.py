@@ -104,6 +104,7 @@ class Receiver(ReceiverBase):
 
     def __enter__(self) -> Receiver:
         self._run(self._open())
+        self._registered([])
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
@@ -149,7 +150,8 @@ class Receiver(ReceiverBase):
 
     def receive_messages(self, max_message_count: int | None = 1, max_wait_time: float | None = None) -> list[ReceivedMessage]:
         """Up to `max_message_count` messages, waiting up to `max_wait_time` seconds for the first."""
-        return self._run(self._receive(max_message_count, max_wait_time))
+        self._check_renewer()
+        return self._registered(self._run(self._receive(max_message_count, max_wait_time)))
 
     def __iter__(self) -> Iterator[ReceivedMessage]:
         """Messages one by one; stops after `max_wait_time` without a message."""
@@ -158,7 +160,8 @@ class Receiver(ReceiverBase):
 
     def receive_deferred_messages(self, sequence_numbers: int | list[int]) -> list[ReceivedMessage]:
         """Receive deferred messages by their sequence numbers."""
-        return self._run(self._receive_deferred(sequence_numbers))
+        self._check_renewer()
+        return self._registered(self._run(self._receive_deferred(sequence_numbers)))
 
     def peek_messages(self, max_message_count: int = 1, *, sequence_number: int = 0,
                       end_sequence_number: int | None = None) -> list[ReceivedMessage]:

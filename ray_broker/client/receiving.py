@@ -60,6 +60,9 @@ class ReceiverBase:
         target: what it receives from, as `receive_target` checked it.
     """
 
+    _auto_lock_renewer: Any = None
+    """The lock renewer that registers what this receiver locks (`auto_lock_renewer=`), if any."""
+
     def __init__(self, link: Link, sku: Sku, target: ReceiveTarget) -> None:
         self._link = link
         self._sku = sku
@@ -82,6 +85,21 @@ class ReceiverBase:
     def _iteration_batch(self) -> int:
         """How many messages each step of iterating over the receiver asks for."""
         return max(1, self._target.prefetch_count)
+
+    def _check_renewer(self) -> None:
+        """Before receiving: refuse when the `auto_lock_renewer` is closed (nothing is received)."""
+        if self._auto_lock_renewer is not None:
+            self._auto_lock_renewer._check_not_closed()
+
+    def _registered(self, messages: list[ReceivedMessage]) -> list[ReceivedMessage]:
+        """Register what this receiver just locked (its session, or `messages`) with its
+        `auto_lock_renewer`, if it has one."""
+        renewer = self._auto_lock_renewer
+        if renewer is not None:
+            session = self.session if self._session is not None else None  # type: ignore[attr-defined]
+            for renewable in renewer._to_register(self, session, messages):
+                renewer.register(self, renewable)
+        return messages
 
     def _session_wire(self) -> dict[str, Any] | None:
         return None if self._session is None else self._session.wire

@@ -32,7 +32,7 @@ class Ending(enum.Enum):
 
     SETTLED = "the message was settled"
     RECEIVER_CLOSED = "the receiver was closed"
-    MAX_DURATION = "max_lock_renewal_duration elapsed"
+    LAPSED = "max_lock_renewal_duration elapsed, then the lock expired unsettled"
     FAILED = "a renewal failed"
 
 
@@ -84,7 +84,8 @@ class Registration(Generic[T]):
 
     @property
     def ends_at(self) -> float:
-        """When renewing stops (the lock then lasts until its current expiry)."""
+        """When renewing stops (the lock then lasts until its current expiry, and the registration
+        is watched until then)."""
         return self.started + self.max_duration
 
     def renew_at(self, view: LockView) -> float:
@@ -92,19 +93,21 @@ class Registration(Generic[T]):
         return view.locked_until - renewal_margin(self.lock_span)
 
     def ending(self, now: float, view: LockView) -> Ending | None:
-        """Why renewing stops at `now`, or None while it goes on."""
+        """Why the registration ends at `now`, or None while it goes on (renewed before
+        `ends_at`, watched from then until its lock expires)."""
         if view.settled:
             return Ending.SETTLED
         if view.receiver_closed:
             return Ending.RECEIVER_CLOSED
-        if now >= self.ends_at:
-            return Ending.MAX_DURATION
+        if now >= self.ends_at and now >= view.locked_until:
+            return Ending.LAPSED
         return None
 
 
 @dataclass
 class Plan(Generic[T]):
-    """What a book's owner does now: renew `due`; `ended` left the book; sleep until `wake_at`.
+    """What a book's owner does now: renew `due`; `ended` left the book (report the `lapsed`
+    ones to their `on_failure`); sleep until `wake_at`.
 
     `wake_at` is None when nothing but a new registration can make anything due; when `due` is
     not empty the owner plans again after renewing, without sleeping.
@@ -113,6 +116,12 @@ class Plan(Generic[T]):
     due: list[Registration[T]] = field(default_factory=list)
     ended: list[tuple[Registration[T], Ending]] = field(default_factory=list)
     wake_at: float | None = None
+
+    @property
+    def lapsed(self) -> list[Registration[T]]:
+        """The registrations whose lock expired unsettled after their renewing stopped: the lock
+        is lost, which their `on_failure` is told of."""
+        return [registration for registration, ending in self.ended if ending is Ending.LAPSED]
 
 
 class RenewalBook(Generic[T]):
@@ -139,6 +148,10 @@ class RenewalBook(Generic[T]):
         return isinstance(registration, Registration) and self._registrations.get(
             id(registration.renewable)) is registration
 
+    def holds(self, renewable: object) -> bool:
+        """Whether `renewable` is registered."""
+        return id(renewable) in self._registrations
+
     def add(self, renewable: T, receiver: Any, *, now: float, max_duration: float,
             on_failure: FailureCallback | None = None) -> Registration[T]:
         """Start renewing `renewable`'s lock at `now` for `max_duration` seconds.
@@ -160,11 +173,13 @@ class RenewalBook(Generic[T]):
                 del self._registrations[key]
                 plan.ended.append((registration, ending))
                 continue
-            renew_at = registration.renew_at(view)
-            if renew_at <= now:
+            if now >= registration.ends_at:
+                wake = view.locked_until
+            elif (renew_at := registration.renew_at(view)) <= now:
                 plan.due.append(registration)
                 continue
-            wake = min(renew_at, registration.ends_at)
+            else:
+                wake = min(renew_at, registration.ends_at)
             plan.wake_at = wake if plan.wake_at is None else min(plan.wake_at, wake)
         return plan
 

@@ -8,9 +8,10 @@ import logging
 from datetime import timedelta
 from typing import Any, ClassVar
 
-from ..clock import Clock, SystemClock
-from ..errors import InvalidArgumentError, InvalidOperationError
+from ..clock import Clock, SystemClock, to_datetime
+from ..errors import InvalidArgumentError, InvalidOperationError, MessageLockLostError, SessionLockLostError
 from ..message import ReceivedMessage
+from ..protocol import ReceiveMode
 from .receiving import ReceiverBase, Renewable, SessionBase, check_renewable, lock_view
 from .renewal import (
     DEFAULT_MAX_RENEWAL_S,
@@ -51,6 +52,15 @@ class RenewerBase:
         if self._closed:
             raise InvalidOperationError("this AutoLockRenewer is closed; create a new one to register locks")
 
+    def _check_receiver_class(self, receiver_class: type[ReceiverBase]) -> None:
+        """Raise unless receivers of `receiver_class` can be given this renewer (`auto_lock_renewer=`)."""
+        if self.receiver_class is not receiver_class:
+            raise InvalidArgumentError(
+                f"auto_lock_renewer is a renewer for {self.receiver_kind}s and cannot serve a "
+                f"{receiver_class.__module__}.{receiver_class.__name__}; use rb.AutoLockRenewer with the sync "
+                "client and ray_broker.aio.AutoLockRenewer with the async one")
+        self._check_not_closed()
+
     def _registration(self, receiver: Any, renewable: Any, max_lock_renewal_duration: float | timedelta | None,
                       on_lock_renew_failure: FailureCallback | None) -> tuple[float, FailureCallback | None]:
         """Check a registration's arguments; returns its limit and failure callback."""
@@ -64,6 +74,15 @@ class RenewerBase:
         max_duration = (self._max_duration if max_lock_renewal_duration is None
                         else max_renewal_seconds(max_lock_renewal_duration))
         return max_duration, failure_callback(on_lock_renew_failure) or self._on_failure
+
+    def _to_register(self, receiver: ReceiverBase, session: SessionBase | None,
+                     messages: list[ReceivedMessage]) -> list[Renewable]:
+        """What a receiver made with `auto_lock_renewer=` this renewer registers after receiving
+        `messages`: its locked `session` (once), else each message it locked."""
+        if receiver._target.session_id is not None:
+            return [session] if session is not None and receiver._session is not None \
+                and not self._book.holds(session) else []
+        return list(messages) if receiver.receive_mode is ReceiveMode.PEEK_LOCK else []
 
     def _add(self, receiver: ReceiverBase, renewable: Renewable, max_duration: float,
              on_failure: FailureCallback | None) -> None:
@@ -88,6 +107,11 @@ class RenewerBase:
         """Record a failed renewal; True when it is to be reported."""
         return self._book.failed(registration) is Ending.FAILED
 
+    def _report_lapse(self, registration: Registration[Renewable]) -> Any:
+        """Tell the registration's failure callback that its lock expired unsettled after renewing
+        stopped; returns what it returned (an async callback's awaitable)."""
+        return self._report(registration, lapse_error(registration))
+
     def _report(self, registration: Registration[Renewable], error: Exception) -> Any:
         """Tell the registration's failure callback; returns what it returned (an async callback's
         awaitable)."""
@@ -103,3 +127,29 @@ class RenewerBase:
     @staticmethod
     def _callback_raised(registration: Registration[Renewable]) -> None:
         _log.exception("on_lock_renew_failure raised for %r", registration.renewable)
+
+
+def lapse_error(registration: Registration[Renewable]) -> Exception:
+    """The error an `on_lock_renew_failure` callback gets when a registration's lock expired
+    unsettled after its `max_lock_renewal_duration` had elapsed."""
+    renewable = registration.renewable
+    limit = f"max_lock_renewal_duration ({registration.max_duration:g} s) elapsed"
+    if isinstance(renewable, SessionBase):
+        return SessionLockLostError(
+            f"the lock on session {renewable.session_id!r} expired at {renewable.locked_until_utc}: renewing "
+            f"stopped when {limit}; register the session with a longer max_lock_renewal_duration")
+    return MessageLockLostError(
+        f"the lock on message {renewable.sequence_number} expired at {to_datetime(renewable.locked_until)} "
+        f"unsettled: renewing stopped when {limit}; register it with a longer max_lock_renewal_duration, "
+        "or settle it sooner")
+
+
+def check_auto_lock_renewer(value: Any, receiver_class: type[ReceiverBase]) -> RenewerBase | None:
+    """A receiver's `auto_lock_renewer` argument: None, or an open renewer of the receiver's client."""
+    if value is None:
+        return None
+    if not isinstance(value, RenewerBase):
+        raise InvalidArgumentError(
+            f"auto_lock_renewer must be an AutoLockRenewer or None, not {type(value).__name__}")
+    value._check_receiver_class(receiver_class)
+    return value

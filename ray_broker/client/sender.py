@@ -36,7 +36,9 @@ class Sender(SenderBase):
         """Send several batches in as few calls as routing allows: each a `MessageBatch` (or a
         message, or a list of messages, as `send_messages` takes), each stored whole on each
         partition it reaches and retried under its own producer tag, so nothing is stored twice.
-        The batches' messages bound for one partition go in one call there and one store commit.
+        The batches' messages bound for one partition go in one call there and one store commit;
+        unkeyed messages go round robin, each batch's to the partition after the last batch's (or
+        a run of `sticky_batches` batches to one partition, when the sender was made with it).
         Every batch is checked before any is sent; a failure may leave earlier batches sent.
         Bulk writers (the Spark sink) use it to cut the calls per message.
         """

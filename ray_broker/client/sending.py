@@ -11,7 +11,7 @@ from typing import Any
 
 from ..errors import InvalidArgumentError, InvalidOperationError
 from ..protocol import NAMED_PRODUCER_PREFIX
-from ..routing.planner import next_window
+from ..routing.planner import batch_number, check_sticky_batches, next_run
 from ..sku import Sku
 from .core import DEFAULT_TIMEOUT_S, MessageBatch, envelopes_for_send, new_batch, schedule_epoch, sequence_list, wait_seconds
 from .flow import Call, Flow, Link, request
@@ -25,13 +25,21 @@ class SenderBase:
         link: the namespace link the subclass calls through.
         sku: the namespace's tier (size limits).
         entity: the queue (or topic) sent to.
+        sticky_batches: how many consecutive batches of this sender send their unkeyed messages to
+            one partition before moving to the next; 1 (the default) is round robin, each batch to
+            the next partition. `InvalidArgumentError` unless an int >= 1.
+        partition_count: the namespace's partition count (numbers the batches of a sender with
+            `sticky_batches` > 1).
     """
 
-    def __init__(self, link: Link, sku: Sku, entity: str) -> None:
+    def __init__(self, link: Link, sku: Sku, entity: str, *, sticky_batches: int = 1,
+                 partition_count: int = 1) -> None:
         self._link = link
         self._sku = sku
         self._producer = uuid.uuid4().hex
-        self._next_batch = 0
+        self._sticky_batches = check_sticky_batches(sticky_batches)
+        self._partition_count = partition_count
+        self._next_call = 0
         self._in_flight = 0
         self._tags = threading.Lock()
         self.entity_name = entity
@@ -40,13 +48,14 @@ class SenderBase:
     def _tag(self) -> tuple[str, int]:
         """The next batch's producer tag: every retry of one call repeats it, and a partition that
         already stored the batch answers with the first reply instead of storing it again.
-        Successive batches take successive numbers (their unkeyed messages keep to one partition
-        a while: `planner.spread_start`); a batch sent while another send of this sender is still
-        in flight starts a new window of numbers, so that concurrent sends go to different partitions."""
+        Successive batches take successive numbers, so their unkeyed messages go round the
+        partitions one batch at a time (`planner.spread_start`), or a run of `sticky_batches` at a
+        time (`planner.batch_number`); a batch sent while another send of this sender is still in
+        flight starts a new run, so that concurrent sends go to different partitions."""
         with self._tags:
-            number = next_window(self._next_batch) if self._in_flight else self._next_batch
-            self._next_batch = number + 1
-        return self._producer, number
+            call = next_run(self._next_call, self._sticky_batches) if self._in_flight else self._next_call
+            self._next_call = call + 1
+        return self._producer, batch_number(call, self._sticky_batches, self._partition_count)
 
     def _sending(self, call: Call) -> Flow[Any]:
         """Make a send call, counted as in flight (see `_tag`) until it answers or fails."""

@@ -7,7 +7,12 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping, Sequence
 
-from ..errors import InvalidOperationError, MessageSizeExceededError, MessagingEntityNotFoundError
+from ..errors import (
+    InvalidArgumentError,
+    InvalidOperationError,
+    MessageSizeExceededError,
+    MessagingEntityNotFoundError,
+)
 from .keys import home_partition, partition_for_key, partition_of, resolve_partition_key
 
 Definition = Mapping[str, Any]
@@ -95,25 +100,38 @@ def plan_send(definition: Definition, envelopes: Sequence[Mapping[str, Any]],
     return keyed, unkeyed
 
 
-STICKY_BATCHES = 16
-"""How many successive batch numbers of a sender share a partition for their unkeyed messages
-before the next window of numbers moves on to the next partition. A sender sending one batch
-after another keeps to one partition a while (its store warm, and a receiver taking the batches
-carries the settlements of the last to that same partition), and still goes round them all."""
-
-
 def spread_start(producer: tuple[str, int], partition_count: int) -> int:
     """Where an unkeyed batch tagged `producer` (sender id, batch number) goes first: the same
-    partition for every retry of that batch; a sender's window of `STICKY_BATCHES` numbers to one
-    partition, and its next window to the next (round robin from where the sender's id hashes to)."""
-    return (partition_for_key(producer[0], partition_count) + producer[1] // STICKY_BATCHES) % partition_count
+    partition for every retry of that batch, and the next partition for the next number (round
+    robin from where the sender's id hashes to)."""
+    return (partition_for_key(producer[0], partition_count) + producer[1]) % partition_count
 
 
-def next_window(batch_number: int) -> int:
-    """The first batch number of a window that `batch_number - 1` is not in: `batch_number` when
-    it starts one, else the start of the next (a batch sent beside one still in flight takes it,
-    so concurrent sends of one sender spread over partitions)."""
-    return -(-batch_number // STICKY_BATCHES) * STICKY_BATCHES
+def check_sticky_batches(sticky_batches: Any) -> int:
+    """`sticky_batches` (how many consecutive batches of a sender share a partition for their
+    unkeyed messages) checked: an int >= 1."""
+    if not isinstance(sticky_batches, int) or isinstance(sticky_batches, bool) or sticky_batches < 1:
+        raise InvalidArgumentError(
+            f"sticky_batches must be an int >= 1 (1, the default, sends each batch to the next partition), "
+            f"got {sticky_batches!r}")
+    return sticky_batches
+
+
+def batch_number(call: int, sticky_batches: int, partition_count: int) -> int:
+    """The producer batch number of a sender's `call`-th batch (0, 1, ...): `call` itself, so that
+    consecutive batches go to consecutive partitions; with `sticky_batches` > 1, a number that
+    `spread_start` sends to the same partition as the rest of its run of `sticky_batches` calls,
+    each run on the partition after the last one's. Numbers grow with `call` and never repeat."""
+    if sticky_batches == 1:
+        return call
+    return call * partition_count + (call // sticky_batches) % partition_count
+
+
+def next_run(call: int, sticky_batches: int) -> int:
+    """The first call of a run of `sticky_batches` that `call - 1` is not in: `call` when it
+    starts one, else the start of the next (a batch sent beside one still in flight takes it, so
+    concurrent sends of one sender go to different partitions)."""
+    return -(-call // sticky_batches) * sticky_batches
 
 
 def unkeyed_tag(producer: tuple[str, int] | None) -> tuple[str, int] | None:

@@ -11,10 +11,32 @@ import time
 from typing import Any, Protocol, Sequence
 
 import ray
-from ray.exceptions import ActorDiedError, ActorUnavailableError, GetTimeoutError, RayActorError, RayTaskError
+from ray.exceptions import (
+    ActorDiedError,
+    ActorPlacementGroupRemoved,
+    ActorUnschedulableError,
+    RayError,
+    RayTaskError,
+)
 
+from ..callers import caller_token
 from ..errors import unwrap_remote_error
 from .channel import Call, PartitionUnavailable, Request
+
+GONE_FOR_GOOD: tuple[type[RayError], ...] = (ActorDiedError, ActorUnschedulableError, ActorPlacementGroupRemoved)
+"""Ray's errors for an actor that is dead and that Ray will not restart: its callers have it made again."""
+
+
+def classify_ray_failure(index: int, exc: BaseException) -> BaseException:
+    """What a failed partition call means to a router: the engine's typed error when the partition
+    answered with one, else `PartitionUnavailable` for any of Ray's errors (died, restarting,
+    unschedulable, its node or the caller's object lost, timed out, ...), so that no Ray exception
+    reaches a caller. Any other exception is returned as it is."""
+    if isinstance(exc, RayTaskError):
+        exc = unwrap_remote_error(exc)
+    if isinstance(exc, (RayError, asyncio.TimeoutError)):
+        return PartitionUnavailable(index, type(exc).__name__)
+    return exc
 
 
 class GatewayCalls(Protocol):
@@ -102,17 +124,18 @@ class RayChannel:
         for (index, calls), ref in zip(requests, refs):
             try:
                 outcomes.append(self._results(calls, ray.get(ref, timeout=max(deadline - time.monotonic(), 0.001))))
-            except RayTaskError as exc:
-                outcomes.append(unwrap_remote_error(exc))
-            except (ActorUnavailableError, RayActorError, GetTimeoutError) as exc:
-                outcomes.append(self._unavailable(index, ref, exc))
+            except RayError as exc:
+                outcomes.append(self._failure(index, ref, exc))
         return outcomes
 
     @staticmethod
-    def _unavailable(index: int, ref: Any, exc: BaseException) -> PartitionUnavailable:
-        """A call that got no answer: cancelled, and reported as its partition being unavailable."""
-        ray.cancel(ref)
-        return PartitionUnavailable(index, type(exc).__name__)
+    def _failure(index: int, ref: Any, exc: BaseException) -> BaseException:
+        """The error a failed call stands for (`classify_ray_failure`); a call that got no answer
+        is cancelled."""
+        error = classify_ray_failure(index, exc)
+        if isinstance(error, PartitionUnavailable):
+            ray.cancel(ref)
+        return error
 
     async def wait_available(self, index: int, entity: str, subq: int, session_id: str | None, free_session: bool,
                              timeout: float) -> bool:
@@ -123,9 +146,10 @@ class RayChannel:
     async def receive_waiting(self, index: int, receiver_id: str, entity: str, subq: int, max_count: int, mode: str,
                               session: tuple[str, bytes] | None, seen: int | None,
                               timeout: float) -> dict[str, Any]:
-        """A waiting receive on partition `index`: its reply carries the messages that woke it."""
+        """A waiting receive on partition `index`: its reply carries the messages that woke it (to
+        this process only while it lives: the call carries its `caller_token`)."""
         ref = self.source.handle(index).receive_waiting.remote(receiver_id, entity, subq, max_count, mode, session,
-                                                               seen, timeout)
+                                                               seen, timeout, caller_token())
         return dict(await self._await(index, ref, timeout + 5.0))
 
     async def end_waits(self, index: int, receiver_id: str) -> None:
@@ -135,10 +159,8 @@ class RayChannel:
     async def _await(self, index: int, ref: Any, timeout: float) -> Any:
         try:
             return await asyncio.wait_for(asyncio.wrap_future(ref.future()), timeout=max(timeout, 0.001))
-        except RayTaskError as exc:
-            raise unwrap_remote_error(exc) from None
-        except ActorDiedError as exc:
-            await self.source.replace(index)
-            raise PartitionUnavailable(index, f"its actor died ({type(exc).__name__})", replaced=True) from None
-        except (ActorUnavailableError, RayActorError, GetTimeoutError, asyncio.TimeoutError) as exc:
-            raise self._unavailable(index, ref, exc) from None
+        except (RayError, asyncio.TimeoutError) as exc:
+            if isinstance(exc, GONE_FOR_GOOD) and not isinstance(exc, RayTaskError):
+                await self.source.replace(index)
+                raise PartitionUnavailable(index, f"its actor died ({type(exc).__name__})", replaced=True) from None
+            raise self._failure(index, ref, exc) from None

@@ -5,7 +5,7 @@ import asyncio
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterable
 
 from ..protocol import MAIN
 
@@ -13,6 +13,23 @@ LOCK_MARGIN_S = 0.5
 """A cached message whose lock ends sooner than this is not handed out (it will come back)."""
 RECEIVER_IDLE_S = 300.0
 """A receiver unused this long is taken as gone: its cache is released."""
+
+Watch = asyncio.Task[list[tuple[int, dict[str, Any]]]]
+"""A waiting receive on one partition: it brings `(partition, record)` pairs locked for the receiver."""
+
+
+def brought(watches: Iterable[Watch]) -> list[tuple[int, dict[str, Any]]]:
+    """What finished waiting receives brought (failed or cancelled ones bring nothing)."""
+    return [pair for task in watches if task.done() and not task.cancelled() and task.exception() is None
+            for pair in task.result()]
+
+
+def releases(held: Iterable[tuple[int, dict[str, Any]]]) -> dict[int, list[list[Any]]]:
+    """"release" settlements (which count no delivery) for locked messages, grouped by partition."""
+    ops: dict[int, list[list[Any]]] = {}
+    for k, record in held:
+        ops.setdefault(k, []).append(["release", record["sequence_number"], record["lock_token"]])
+    return ops
 
 
 @dataclass
@@ -24,16 +41,26 @@ class ReceiverState:
     subq: int = MAIN
     cache: deque[tuple[int, dict[str, Any]]] = field(default_factory=deque)
     last_used: float = field(default_factory=time.monotonic)
-    watches: dict[int, asyncio.Task[list[tuple[int, dict[str, Any]]]]] = field(default_factory=dict)
+    watches: dict[int, Watch] = field(default_factory=dict)
     """Waiting receives under way, by partition; what they bring goes to the cache."""
+    closed: bool = False
+    """Set when the receiver closes: receives of it still under way start no more waits and hand
+    out nothing."""
 
     def harvest(self) -> None:
         """Move what finished waiting receives brought into the cache (failed ones bring nothing)."""
         for k, task in list(self.watches.items()):
             if task.done():
                 del self.watches[k]
-                if not task.cancelled() and task.exception() is None:
-                    self.cache.extend(task.result())
+                self.cache.extend(brought([task]))
+
+    def detach(self) -> tuple[dict[int, Watch], list[tuple[int, dict[str, Any]]]]:
+        """Take every waiting receive under way and every cached message away from the receiver
+        (to be ended and released): `(watches, cached)`."""
+        watches, self.watches = self.watches, {}
+        cached = list(self.cache)
+        self.cache.clear()
+        return watches, cached
 
     def take(self, max_count: int, wall_now: float) -> list[tuple[int, dict[str, Any]]]:
         """Up to `max_count` cached messages whose locks still hold; expired ones are dropped."""
@@ -43,14 +70,6 @@ class ReceiverState:
             if (record.get("locked_until") or 0) > wall_now + LOCK_MARGIN_S:
                 out.append((k, record))
         return out
-
-    def releases(self) -> dict[int, list[list[Any]]]:
-        """"release" settlements for every cached message, grouped by partition, emptying the cache."""
-        ops: dict[int, list[list[Any]]] = {}
-        while self.cache:
-            k, record = self.cache.popleft()
-            ops.setdefault(k, []).append(["release", record["sequence_number"], record["lock_token"]])
-        return ops
 
     def highest_sequence(self, floor: int) -> int:
         """The highest sequence number cached, or `floor` (sessions resume after what they have seen)."""

@@ -4,8 +4,8 @@ One implementation, used by the gateway (for callers without partition handles) 
 every client (which then sends and receives straight from partitions):
 - keyed work goes to its partition and is retried there with back-off until the caller's
   deadline, then `PartitionUnavailableError`; it is never rerouted;
-- an unkeyed batch goes to one partition (round robin, a sender's window of batches at a time:
-  `planner.spread_start`) and moves to another when that one is unavailable;
+- an unkeyed batch goes to one partition (round robin, a sender's next batch to the next
+  partition: `planner.spread_start`) and moves to another when that one is unavailable;
 - a receive is served from the partitions known to hold messages, with the receiver's carried
   settlements in the same partition call, and waits on every host partition at once (no polling)
   when none has any.
@@ -31,7 +31,7 @@ from ..sku import Sku
 from . import planner
 from .channel import Call, PartitionChannel, PartitionUnavailable
 from .health import RETRY_BACKOFF, PartitionHealth
-from .receiving import RECEIVER_IDLE_S, ReceiverState
+from .receiving import RECEIVER_IDLE_S, ReceiverState, Watch, brought, releases
 
 ATTEMPT_TIMEOUT_S = 5.0
 """How long one call may take before its partition counts as unavailable."""
@@ -102,6 +102,7 @@ class Router:
         self._hints: dict[tuple[str, int, str | None], dict[int, bool]] = {}
         self._watches: dict[tuple[Any, ...], asyncio.Task[bool]] = {}
         self._receivers: dict[str, ReceiverState] = {}
+        self._background: set[asyncio.Future[Any]] = set()
 
     # ------------------------------------------------------------------ partition calls
 
@@ -360,40 +361,57 @@ class Router:
         pending = self.settlement_groups(definition, session, settlements)
         background: list[asyncio.Future[None]] = []
         probed = False
-        while len(out) < max_count:
-            chosen = self.choose(hosts, hints, pending, max_count - len(out))
-            background.extend(self._settle_groups(definition, subq, session, settlements, pending, settled,
-                                                  keep=set(chosen)))
-            if not chosen:
-                if out:
-                    break
-                await asyncio.gather(*background)
-                background.clear()
-                remaining = deadline - self.clock()
-                if remaining <= 0 and probed:
-                    break
-                probed = True
-                if mode == PEEK_LOCK and session is None:
-                    await self._fetch_any(state, receiver_id, definition, subq, hosts, max(remaining, 0.0), hints,
-                                          max_count - len(out))
-                    out.extend(state.take(max_count - len(out), time.time()))
-                elif not await self._wait_any(definition, subq, session_id, False, hosts, max(remaining, 0.0)):
-                    if self.clock() >= deadline:
+        try:
+            while len(out) < max_count and not state.closed:
+                chosen = self.choose(hosts, hints, pending, max_count - len(out))
+                background.extend(self._settle_groups(definition, subq, session, settlements, pending, settled,
+                                                      keep=set(chosen)))
+                if not chosen:
+                    if out:
                         break
-                continue
-            requests = self.receive_requests(state, entity, subq, mode, session, chosen, max_count - len(out), prefetch,
-                                             settlements, pending)
-            fetched = await asyncio.gather(*(self._receive_from(k, calls, carried, settlements, pending, settled, hints)
-                                             for k, calls, carried in requests))
-            if not any(fetched):
-                for k in chosen:
-                    hints[k] = False
-                continue
-            out.extend(self.hand_out(state, fetched, max_count - len(out)))
+                    await asyncio.gather(*background)
+                    background.clear()
+                    remaining = deadline - self.clock()
+                    if remaining <= 0 and probed:
+                        break
+                    probed = True
+                    if mode == PEEK_LOCK and session is None:
+                        await self._fetch_any(state, receiver_id, definition, subq, hosts, max(remaining, 0.0), hints,
+                                              max_count - len(out))
+                        out.extend(state.take(max_count - len(out), time.time()))
+                    elif not await self._wait_any(definition, subq, session_id, False, hosts, max(remaining, 0.0)):
+                        if self.clock() >= deadline:
+                            break
+                    continue
+                requests = self.receive_requests(state, entity, subq, mode, session, chosen, max_count - len(out),
+                                                 prefetch, settlements, pending)
+                fetched = await asyncio.gather(*(self._receive_from(k, calls, carried, settlements, pending, settled,
+                                                                    hints) for k, calls, carried in requests))
+                if not any(fetched):
+                    for k in chosen:
+                        hints[k] = False
+                    continue
+                out.extend(self.hand_out(state, fetched, max_count - len(out)))
+        except asyncio.CancelledError:
+            watches, cached = state.detach()
+            self._in_background(self._give_back(receiver_id, state.entity, subq, self._returnable(out, mode, session)
+                                                + cached, watches))
+            raise
+        if state.closed and self._returnable(out, mode, session):
+            self._in_background(self._give_back(receiver_id, state.entity, subq, out, {}))
+            out = []
         background.extend(self._settle_groups(definition, subq, session, settlements, pending, settled, keep=None))
         await asyncio.gather(*background)
         state.last_used = self.clock()
         return receive_reply(out, settled)
+
+    @staticmethod
+    def _returnable(out: list[tuple[int, dict[str, Any]]], mode: str,
+                    session: Session | None) -> list[tuple[int, dict[str, Any]]]:
+        """The messages of a receive that never reached its caller that go back to the entity: locked
+        ones (receive-and-delete removed its messages), and not a session's (a session receiver's
+        next receive hands those out again, in order)."""
+        return out if mode == PEEK_LOCK and session is None else []
 
     def receive_hosts(self, definition: dict[str, Any], session: Session | None,
                       partitions: Sequence[int] | None = None) -> list[int]:
@@ -521,7 +539,7 @@ class Router:
         count = 1 if len(hosts) > 1 else wanted
         now = self.clock()
         for k in hosts:
-            if k not in state.watches and self.health.available(k, now):
+            if k not in state.watches and self.health.available(k, now) and not state.closed:
                 state.watches[k] = asyncio.ensure_future(
                     self._fetch(k, receiver_id, name, subq, count, watch_for, hints))
         if state.watches:
@@ -608,25 +626,56 @@ class Router:
         return results
 
     async def close_receiver(self, receiver_id: str) -> int:
-        """Release the messages a receiver holds but never handed out (no delivery counted)."""
+        """End a receiver's waiting receives and release the messages it holds but never handed out
+        (no delivery counted); a receive of it still under way ends at once with no messages."""
         state = self._receivers.pop(receiver_id, None)
         if state is None:
             return 0
-        if state.watches:
-            await asyncio.gather(*(self.channel.end_waits(k, receiver_id) for k in state.watches),
-                                 return_exceptions=True)
-            await asyncio.wait(list(state.watches.values()), timeout=ATTEMPT_TIMEOUT_S)
-            state.harvest()
-        if not state.cache:
+        state.closed = True
+        watches, cached = state.detach()
+        return await self._give_back(receiver_id, state.entity, state.subq, cached, watches)
+
+    async def receiver_gone(self, receiver_id: str, entity: str, subq: int, mode: str, session: Session | None,
+                            reply: dict[str, Any]) -> dict[str, Any]:
+        """A receive's reply that its receiver, gone, will never get: the receiver is closed and the
+        reply's locked messages released without counting a delivery (a session's are left to its
+        lock). Returns the reply without them."""
+        await self.close_receiver(receiver_id)
+        held = [(r["partition"], r) for r in reply["messages"]]
+        await self._release(entity, subq, self._returnable(held, mode, session))
+        return dict(reply, messages=[])
+
+    async def _give_back(self, receiver_id: str, entity: str, subq: int, held: list[tuple[int, dict[str, Any]]],
+                         watches: dict[int, Watch]) -> int:
+        """End the waiting receives `watches` of a receiver, then release, without counting a
+        delivery, the messages `held` for it and those the waits brought; returns how many were
+        released. A wait that does not end within `ATTEMPT_TIMEOUT_S` releases what it brings
+        when it ends."""
+        if watches:
+            await asyncio.gather(*(self.channel.end_waits(k, receiver_id) for k in watches), return_exceptions=True)
+            done, late = await asyncio.wait(list(watches.values()), timeout=ATTEMPT_TIMEOUT_S)
+            held = held + brought(done)
+            for task in late:
+                task.add_done_callback(
+                    lambda t: self._in_background(self._release(entity, subq, brought([t]))))
+        return await self._release(entity, subq, held)
+
+    async def _release(self, entity: str, subq: int, held: list[tuple[int, dict[str, Any]]]) -> int:
+        """Release locked messages without counting a delivery; returns how many."""
+        if not held:
             return 0
-        released = len(state.cache)
-        deadline = self.clock() + 30.0
-        groups = state.releases()
-        await asyncio.gather(*(self.keyed(k, "settle", state.entity, state.subq, ops, None, deadline=deadline)
+        deadline = self.clock() + SETTLE_TIMEOUT_S
+        groups = releases(held)
+        await asyncio.gather(*(self.keyed(k, "settle", entity, subq, ops, None, deadline=deadline)
                                for k, ops in groups.items()), return_exceptions=True)
-        hints = self._hints.setdefault((state.entity.lower(), state.subq, None), {})
-        hints.update(dict.fromkeys(groups, True))
-        return released
+        self._hints.setdefault((entity.lower(), subq, None), {}).update(dict.fromkeys(groups, True))
+        return len(held)
+
+    def _in_background(self, work: Awaitable[Any]) -> None:
+        """Run `work` on this loop without waiting for it (kept referenced until it ends)."""
+        task = asyncio.ensure_future(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     async def sweep_idle_receivers(self) -> None:
         """Release caches of receivers whose clients went away without closing them."""

@@ -1,10 +1,13 @@
-"""Losing a node on a 3-node cluster: unkeyed sends carry on, keyed sends to the lost node's
+"""Losing a node on a 3-node cluster: unkeyed sends (sync client, async client, the Spark sink's
+sender) carry on for more than a minute with no error at all, keyed sends to the lost node's
 partitions raise `PartitionUnavailableError` within their timeout and are never placed elsewhere,
 runtime properties say `Limited` and name the partitions that are down, and the node's return
-brings its partitions back, on it, with every message they held.
+brings its partitions back, on it, with every message they held. Partitions placed by node id
+(a node without a store label) move to a live node when theirs is lost, and keyed sends to them
+resume. Gateways run one per node.
 
-The cluster (`ray.cluster_utils.Cluster`) runs in a process of its own (`node_loss_run`), since
-this one may already be attached to the test session's Ray.
+The cluster (`ray.cluster_utils.Cluster`) runs once for the module, in a process of its own
+(`node_loss_run`), since this one may already be attached to the test session's Ray.
 """
 from __future__ import annotations
 
@@ -12,23 +15,60 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
+import pytest
+
+from .node_loss_run import ASYNC_EVERY, BATCHES_AFTER_LOSS, PER_BATCH, SINK_EVERY
+
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(700)]
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_a_lost_node_takes_only_its_partitions_away_and_brings_them_back(tmp_path: Path) -> None:
-    run = subprocess.run([sys.executable, "-m", "tests.cluster.node_loss_run", str(tmp_path)], cwd=ROOT,
-                         capture_output=True, text=True, timeout=290)
+@pytest.fixture(scope="module")
+def observed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """What the node-loss scenario observed (one cluster for every test here)."""
+    run = subprocess.run([sys.executable, "-m", "tests.cluster.node_loss_run", str(tmp_path_factory.mktemp("nodes"))],
+                         cwd=ROOT, capture_output=True, text=True, timeout=660)
     assert run.returncode == 0, run.stderr[-3000:]
-    result = json.loads(run.stdout.strip().splitlines()[-1])
+    result: dict[str, Any] = json.loads(run.stdout.strip().splitlines()[-1])
     assert "error" not in result, result
+    return result
+
+
+def test_a_lost_node_takes_only_its_partitions_away_and_brings_them_back(observed: dict[str, Any]) -> None:
+    result = observed
     on_b = [k for k, home in enumerate(result["placement"]) if home == "label:disk-b"]
     assert on_b and result["placed_on_b"] == on_b, "partitions run on the node their label names"
     assert result["stores_on_b"] == [f"partition-{k:03d}.sqlite3" for k in on_b], "in that node's own data dir"
-    assert result["unkeyed_errors_while_down"] == 0
     assert result["keyed_while_down"].startswith("PartitionUnavailableError")
     assert float(result["keyed_while_down"].split()[-1].rstrip("s")) < 10.0
     assert result["keyed_error_partition"] in on_b
     assert result["availability_while_down"] == "Limited" and result["down_partitions"] == on_b
     assert result["back_on_new_node"] == on_b, "they came back on the returning node, nowhere else"
     assert result["received"] == result["distinct"] == result["expected"], "every message, once"
+
+
+def test_unkeyed_sends_never_fail_for_a_minute_after_the_loss(observed: dict[str, Any]) -> None:
+    assert observed["failures_after_loss"] == [], "no send failed, and no Ray exception reached a caller"
+    assert observed["sent_after_loss"] == {
+        "sync": BATCHES_AFTER_LOSS * PER_BATCH,
+        "async": -(-BATCHES_AFTER_LOSS // ASYNC_EVERY) * PER_BATCH,
+        "sink": -(-BATCHES_AFTER_LOSS // SINK_EVERY) * PER_BATCH,
+    }
+    assert observed["seconds_sending"] > 60
+
+
+def test_partitions_placed_by_node_id_move_to_a_live_node_when_theirs_is_lost(observed: dict[str, Any]) -> None:
+    on_plain = observed["on_plain"]
+    assert on_plain, "the unlabelled worker held partitions"
+    assert observed["plain_failures"] == [], "keyed sends waited with typed errors only"
+    assert sorted(int(k) for k in observed["resumed_after"]) == on_plain, "keyed sends to them resumed"
+    moved = observed["nodes_after_plain"]
+    assert all(node in observed["alive_after_plain"] and node != observed["plain_node"] for node in moved.values()), \
+        moved
+
+
+def test_gateways_run_one_per_node(observed: dict[str, Any]) -> None:
+    assert len(observed["alive_nodes"]) == 3
+    assert sorted(observed["gateway_nodes"]) == observed["alive_nodes"]

@@ -73,7 +73,7 @@ async def test_start_manage_and_stop_a_namespace(tmp_path: Any, ray_instance: No
 async def test_send_receive_complete_with_async_for_and_batches(ans: rba.Namespace, queue_name: str) -> None:
     await ans.create_queue(queue_name, enable_partitioning=True)
     async with ans.get_queue_sender(queue_name) as sender:
-        batch = sender.create_message_batch()
+        batch = await sender.create_message_batch()
         for i in range(20):
             batch.add_message(rb.Message(f"b{i}"))
         await sender.send_messages(batch)
@@ -236,8 +236,9 @@ async def test_closing_the_namespace_closes_its_clients(ans: rba.Namespace, queu
         await sender.send_messages(rb.Message("x"))
     with pytest.raises(rb.errors.InvalidOperationError, match="receiver .* is closed"):
         await receiver.receive_messages()
-    with pytest.raises(rb.errors.InvalidOperationError, match=r"closed.*connect"):
-        handle.get_queue_sender(queue_name)
+    async with handle, handle.get_queue_sender(queue_name) as again:  # a closed handle opens again
+        await again.send_messages(rb.Message("after reopening"))
+    assert (await ans.get_queue_runtime_properties(queue_name)).active_message_count == 1
     await ans.delete_queue(queue_name)
 
 
@@ -290,6 +291,51 @@ async def test_the_async_lock_renewer_keeps_short_locks(ans: rba.Namespace, queu
     assert [(renewable, type(error)) for renewable, error in failures] == [
         (orphan, rb.errors.MessagingEntityNotFoundError)]
     assert renewer._task is not None and renewer._task.done()
+
+
+async def test_an_async_receiver_given_a_renewer_registers_and_a_lapsed_lock_is_reported(
+        ans: rba.Namespace, queue_name: str) -> None:
+    await ans.create_queue(queue_name, lock_duration=timedelta(seconds=2))
+    await send(ans, queue_name, rb.Message("auto"))
+    failures: list[tuple[Any, BaseException]] = []
+
+    async def failed(renewable: Any, error: BaseException) -> None:
+        failures.append((renewable, error))
+
+    async with rba.AutoLockRenewer(max_lock_renewal_duration=3, on_lock_renew_failure=failed) as renewer:
+        with pytest.raises(rb.errors.InvalidArgumentError, match="rb.AutoLockRenewer with the sync"):
+            ans.get_queue_receiver(queue_name, auto_lock_renewer=rb.AutoLockRenewer())
+        async with ans.get_queue_receiver(queue_name, auto_lock_renewer=renewer) as receiver:
+            message = (await receive(receiver, 1))[0]
+            first_lock = message.locked_until_utc
+            assert first_lock is not None and renewer._book.holds(message)
+            for _ in range(100):   # renewed for 3 s, then reported once the lock has run out
+                if failures:
+                    break
+                await asyncio.sleep(0.1)
+            assert message.locked_until_utc is not None and message.locked_until_utc > first_lock
+            with pytest.raises(rb.errors.MessageLockLostError):
+                await receiver.complete_message(message)
+    assert [(renewable, type(error)) for renewable, error in failures] == [(message, rb.errors.MessageLockLostError)]
+    assert "max_lock_renewal_duration (3 s)" in str(failures[0][1])
+    await ans.delete_queue(queue_name)
+
+
+async def test_listings_iterate_with_async_for_and_await_to_a_list(ans: rba.Namespace, queue_name: str) -> None:
+    topic = f"{queue_name}-t"
+    await ans.create_queue(queue_name)
+    await ans.create_topic(topic)
+    await ans.create_subscription(topic, "s1", rule=rb.SqlFilter("user.n > 1"))
+    assert queue_name in [q.name async for q in ans.list_queues()]
+    assert queue_name in [q.name for q in await ans.list_queues()]
+    assert topic in [t.name async for t in ans.list_topics()]
+    assert [s.name async for s in ans.list_subscriptions(topic)] == ["s1"]
+    assert [r.name async for r in ans.list_rules(topic, "s1")] == ["$Default"]
+    assert [r.name for r in await ans.list_rules(topic, "s1")] == ["$Default"]
+    with pytest.raises(rb.errors.InvalidArgumentError, match=r"\$"):
+        ans.list_subscriptions("no$topic")   # checked at the call, before anything is awaited
+    await ans.delete_topic(topic)
+    await ans.delete_queue(queue_name)
 
 
 @ray.remote(num_cpus=0.25)

@@ -117,24 +117,95 @@ def test_a_renewal_the_broker_refuses_is_reported_once(namespace: rb.Namespace, 
     assert renewable is message and isinstance(error, rb.errors.MessagingEntityNotFoundError)
 
 
-def test_renewal_stops_at_the_max_duration(namespace: rb.Namespace, queue_name: str) -> None:
+def test_renewal_stops_at_the_max_duration_and_the_lapsed_lock_is_reported(
+        namespace: rb.Namespace, queue_name: str) -> None:
     namespace.create_queue(queue_name, lock_duration=timedelta(seconds=2))
-    send(namespace, queue_name, rb.Message("bounded"))
+    send(namespace, queue_name, rb.Message("bounded"), rb.Message("settled in time"))
     failures = Failures()
     with rb.AutoLockRenewer(max_lock_renewal_duration=300, on_lock_renew_failure=failures) as renewer:
         with namespace.get_queue_receiver(queue_name) as receiver:
-            message = receive(receiver, 1)[0]
+            message, in_time = sorted(receive(receiver, 2), key=lambda m: m.body != b"bounded")
             first_lock = message.locked_until_utc
             assert first_lock is not None
             renewer.register(receiver, message, max_lock_renewal_duration=timedelta(seconds=3))
-            time.sleep(6)
+            renewer.register(receiver, in_time, max_lock_renewal_duration=timedelta(seconds=3))
+            time.sleep(3.2)
+            receiver.complete_message(in_time)   # after the limit, before its lock ran out: no failure
+            assert failures.called.wait(5), "the lock that ran out after the limit was not reported"
             assert message.locked_until_utc is not None and message.locked_until_utc > first_lock + timedelta(seconds=1)
             with pytest.raises(rb.errors.MessageLockLostError):
                 receiver.complete_message(message)
             again = receive(receiver, 1)[0]
             assert again.sequence_number == message.sequence_number and again.delivery_count == 2
             receiver.complete_message(again)
+            receiver.flush()
+            wait_until(lambda: len(renewer._book) == 0, timeout=5)
+    assert len(failures.calls) == 1
+    renewable, error = failures.calls[0]
+    assert renewable is message and isinstance(error, rb.errors.MessageLockLostError)
+    assert "max_lock_renewal_duration (3 s)" in str(error)
+    namespace.delete_queue(queue_name)
+
+
+def test_a_receiver_given_a_renewer_registers_what_it_receives(namespace: rb.Namespace, queue_name: str) -> None:
+    namespace.create_queue(queue_name, lock_duration=timedelta(seconds=3))
+    send(namespace, queue_name, *(rb.Message(f"m{i}") for i in range(3)))
+    failures = Failures()
+    with rb.AutoLockRenewer(on_lock_renew_failure=failures) as renewer:
+        with namespace.get_queue_receiver(queue_name, auto_lock_renewer=renewer) as receiver:
+            received = receive(receiver, 2)
+            receiver.defer_message(received[1])
+            receiver.flush()
+            deferred = receiver.receive_deferred_messages([received[1].sequence_number])
+            kept = (received[0], deferred[0])
+            first_locks = [m.locked_until for m in kept]
+            time.sleep(7)                            # past two 3 s locks: renewed without a register call
+            assert all(m.locked_until > lock for m, lock in zip(kept, first_locks))  # type: ignore[operator]
+            for message in kept:
+                receiver.complete_message(message)
+            receiver.flush()
+        with namespace.get_queue_receiver(queue_name, receive_mode=rb.ReceiveMode.RECEIVE_AND_DELETE,
+                                          auto_lock_renewer=renewer) as deleting:
+            assert len(receive(deleting, 1)) == 1   # nothing to register: no lock
+        wait_until(lambda: len(renewer._book) == 0, timeout=5)
     assert failures.calls == []
+    with pytest.raises(rb.errors.InvalidOperationError, match="AutoLockRenewer is closed"):
+        namespace.get_queue_receiver(queue_name, auto_lock_renewer=renewer)
+    namespace.delete_queue(queue_name)
+
+
+def test_a_session_receiver_given_a_renewer_registers_its_session(namespace: rb.Namespace, queue_name: str) -> None:
+    namespace.create_queue(queue_name, requires_session=True, lock_duration=timedelta(seconds=3))
+    send(namespace, queue_name, rb.Message("in session", session_id="s1"))
+    failures = Failures()
+    with rb.AutoLockRenewer(on_lock_renew_failure=failures) as renewer:
+        with namespace.get_queue_receiver(queue_name, session_id="s1", auto_lock_renewer=renewer) as receiver:
+            assert receiver.session is not None and renewer._book.holds(receiver.session)
+            message = receive(receiver, 1)[0]
+            assert len(renewer._book) == 1   # the session, not its message
+            time.sleep(7)
+            receiver.complete_message(message)
+            receiver.flush()
+    assert failures.calls == []
+    assert namespace.get_queue_runtime_properties(queue_name).active_message_count == 0
+    namespace.delete_queue(queue_name)
+
+
+def test_a_receiver_takes_only_an_open_renewer_of_its_own_client(namespace: rb.Namespace, queue_name: str) -> None:
+    import ray_broker.aio as rba
+
+    namespace.create_queue(queue_name)
+    send(namespace, queue_name, rb.Message("stays"))
+    with pytest.raises(rb.errors.InvalidArgumentError, match="ray_broker.aio.AutoLockRenewer with the async"):
+        namespace.get_queue_receiver(queue_name, auto_lock_renewer=rba.AutoLockRenewer())
+    with pytest.raises(rb.errors.InvalidArgumentError, match="must be an AutoLockRenewer"):
+        namespace.get_subscription_receiver("t", "s", auto_lock_renewer="renewer")
+    renewer = rb.AutoLockRenewer()
+    with namespace.get_queue_receiver(queue_name, auto_lock_renewer=renewer) as receiver:
+        renewer.close()
+        with pytest.raises(rb.errors.InvalidOperationError, match="AutoLockRenewer is closed"):
+            receiver.receive_messages(max_wait_time=1)
+    assert namespace.get_queue_runtime_properties(queue_name).active_message_count == 1  # nothing was taken
     namespace.delete_queue(queue_name)
 
 

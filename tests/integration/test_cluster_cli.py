@@ -31,6 +31,7 @@ import ray
 
 from .helpers import isolated_env, short_tmpdir
 
+pytestmark = pytest.mark.ray
 README = Path(__file__).resolve().parents[2] / "README.md"
 CLI = [str(Path(sys.executable).with_name("ray-broker"))]
 RAY_NOTICES = ("(raylet)", "Token authentication", "WARNING", "INFO")

@@ -1,5 +1,5 @@
-"""Routing on a real namespace: keys pin partitions, unkeyed batches go round the partitions a
-window at a time, sessions agree with keys."""
+"""Routing on a real namespace: keys pin partitions, unkeyed batches go round robin over the
+partitions (runs of `sticky_batches` when a sender asks for them), sessions agree with keys."""
 from __future__ import annotations
 
 import pytest
@@ -7,7 +7,6 @@ import ray
 
 import ray_broker as rb
 from ray_broker.routing import partition_for_key
-from ray_broker.routing.planner import STICKY_BATCHES
 
 from .helpers import drain
 
@@ -33,16 +32,37 @@ def test_same_key_always_lands_on_the_same_partition(namespace: rb.Namespace, qu
     namespace.delete_queue(queue_name)
 
 
-def test_unkeyed_batches_use_all_16_partitions_a_window_at_a_time(namespace: rb.Namespace, queue_name: str) -> None:
+def partition_counts(namespace: rb.Namespace, queue_name: str) -> list[int]:
+    runtime = namespace.get_queue_runtime_properties(queue_name)
+    assert runtime.availability == "Available" and [p.index for p in runtime.partitions] == list(range(16))
+    return [p.active_message_count for p in runtime.partitions]
+
+
+def test_unkeyed_sends_go_round_robin_over_all_16_partitions(namespace: rb.Namespace, queue_name: str) -> None:
     namespace.create_queue(queue_name, enable_partitioning=True)
     with namespace.get_queue_sender(queue_name) as sender:
-        for batch in range(16 * STICKY_BATCHES):
+        for n in range(16):
+            sender.send_messages(rb.Message(f"single-{n}"))
+        assert partition_counts(namespace, queue_name) == [1] * 16, "16 single sends, 16 partitions"
+        for batch in range(64):
             sender.send_messages([rb.Message(f"{batch}-{i}") for i in range(2)])
-    runtime = namespace.get_queue_runtime_properties(queue_name)
-    assert runtime.active_message_count == 32 * STICKY_BATCHES
-    assert runtime.availability == "Available"
-    assert [p.index for p in runtime.partitions] == list(range(16))
-    assert [p.active_message_count for p in runtime.partitions] == [2 * STICKY_BATCHES] * 16
+        assert partition_counts(namespace, queue_name) == [9] * 16, "64 sends, 4 on each partition"
+        sender.send_message_batches([[rb.Message(f"b{b}-{i}") for i in range(3)] for b in range(16)])
+    assert partition_counts(namespace, queue_name) == [12] * 16, "one call's 16 batches, one on each"
+    namespace.delete_queue(queue_name)
+
+
+def test_a_sticky_sender_sends_runs_of_batches_to_one_partition(namespace: rb.Namespace, queue_name: str) -> None:
+    namespace.create_queue(queue_name, enable_partitioning=True)
+    with namespace.get_queue_sender(queue_name, sticky_batches=4) as sender:
+        for n in range(4):
+            sender.send_messages(rb.Message(f"first-{n}"))
+        assert sorted(partition_counts(namespace, queue_name)) == [0] * 15 + [4], "4 sends, one partition"
+        for n in range(60):
+            sender.send_messages(rb.Message(f"more-{n}"))
+    assert partition_counts(namespace, queue_name) == [4] * 16, "runs of 4 went round all 16"
+    with pytest.raises(rb.errors.InvalidArgumentError, match="sticky_batches"):
+        namespace.get_topic_sender(queue_name, sticky_batches=0)
     namespace.delete_queue(queue_name)
 
 

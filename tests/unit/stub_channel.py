@@ -33,6 +33,7 @@ class StubChannel:
         self.round_trips: Counter[int] = Counter()
         self._events = [asyncio.Event() for _ in range(partition_count)]
         self._ended: set[tuple[int, str]] = set()
+        self._waiting: Counter[tuple[int, str]] = Counter()
 
     def _check(self, index: int) -> None:
         if index in self.down:
@@ -100,8 +101,17 @@ class StubChannel:
             return reply if reply["messages"] else None
 
         self.calls[(index, "receive_waiting")] += 1
-        return await self._wait(index, ready, timeout) or {"messages": [], "more": False}
+        key = (index, receiver_id)
+        self._waiting[key] += 1
+        try:
+            return await self._wait(index, ready, timeout) or {"messages": [], "more": False}
+        finally:
+            self._waiting[key] -= 1
+            if not self._waiting[key]:
+                self._ended.discard(key)
 
     async def end_waits(self, index: int, receiver_id: str) -> None:
-        self._ended.add((index, receiver_id))
-        self._notify(index)
+        """End the receiver's waits under way here (as the actor does: later ones wait again)."""
+        if self._waiting[(index, receiver_id)]:
+            self._ended.add((index, receiver_id))
+            self._notify(index)

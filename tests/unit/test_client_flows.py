@@ -15,9 +15,10 @@ from ray_broker import Message
 from ray_broker.client import management
 from ray_broker.client.core import MAX_RECEIVE_COUNT, Flush, SettlementBuffer, receive_target
 from ray_broker.client.flow import Call, drive, request, run, run_async
+from ray_broker.client.handle import NamespaceBase
 from ray_broker.client.receiving import ReceiverBase, SessionBase, check_renewable
 from ray_broker.client.sending import SenderBase
-from ray_broker.routing.planner import STICKY_BATCHES
+from ray_broker.config import NamespaceConfig
 from ray_broker.errors import (
     InvalidArgumentError,
     InvalidOperationError,
@@ -27,6 +28,7 @@ from ray_broker.errors import (
     OperationTimeoutError,
     ServiceBusError,
 )
+from ray_broker.routing.planner import batch_number, spread_start
 from ray_broker.sku import SKUS
 
 STANDARD = SKUS["standard"]
@@ -283,7 +285,10 @@ def test_sender_flows() -> None:
         run(link, sender._send(Message("a"), None, object()))
 
 
-def test_a_send_beside_one_in_flight_starts_a_new_window_of_batch_numbers() -> None:
+@pytest.mark.parametrize(("sticky_batches", "calls", "steps"), [(1, [0, 1, 2, 3], [0, 1, 2, 3]),
+                                                             (4, [0, 4, 5, 6], [0, 1, 1, 1])])
+def test_a_send_beside_one_in_flight_goes_to_another_partition(sticky_batches: int, calls: list[int],
+                                                               steps: list[int]) -> None:
     release = asyncio.Event()
 
     async def answer(operation: str, *args: Any, timeout: float) -> Any:
@@ -304,12 +309,31 @@ def test_a_send_beside_one_in_flight_starts_a_new_window_of_batch_numbers() -> N
 
     link = FakeLink()
     link.call_async = answer  # type: ignore[method-assign]
-    sender = SenderBase(link, STANDARD, "q")
+    sender = SenderBase(link, STANDARD, "q", sticky_batches=sticky_batches, partition_count=16)
     asyncio.run(sends())
     numbers = [c.args[3][1] for c in link.calls]
-    assert numbers == [0, STICKY_BATCHES, STICKY_BATCHES + 1, STICKY_BATCHES + 2], \
-        "the concurrent send takes the next window; sends one after another keep to theirs"
+    assert numbers == [batch_number(call, sticky_batches, 16) for call in calls], \
+        "the concurrent send takes the next partition (a sticky sender's next run); sends one after another keep on"
+    partitions = [spread_start((sender._producer, n), 16) for n in numbers]
+    assert [(k - partitions[0]) % 16 for k in partitions] == steps, "partitions after the first send's"
     assert sender._in_flight == 0
+
+
+def test_a_namespace_makes_round_robin_senders_unless_asked_for_sticky_batches() -> None:
+    class Handle(NamespaceBase[Any, Any, Any]):
+        sender_class = SenderBase
+
+    link = FakeLink(send=lambda entity, envelopes, wait, tag: [1])
+    handle = Handle(NamespaceConfig("n", "standard", 16, None, "memory", 1, None), link, relay=False)
+    senders = [handle.get_queue_sender("q"), handle.get_topic_sender("t", sticky_batches=3)]
+    for sender in senders:
+        for n in range(4):
+            run(link, sender._send(Message(str(n)), None, None))
+    numbers = [c.args[3][1] for c in link.calls]
+    assert numbers == [0, 1, 2, 3] + [batch_number(call, 3, 16) for call in range(4)]
+    for bad in (0, 2.0, False):
+        with pytest.raises(InvalidArgumentError, match=f"sticky_batches must be an int >= 1.*got {bad!r}"):
+            handle.get_queue_sender("q", sticky_batches=bad)
 
 
 def test_an_idempotent_send_carries_the_named_producer_tag() -> None:

@@ -7,16 +7,19 @@ from typing import Any
 import pytest
 
 from ray_broker import Message
+from ray_broker.client.sending import SenderBase
 from ray_broker.errors import MessagingEntityNotFoundError
 from ray_broker.protocol import MAIN, PEEK_LOCK
+from ray_broker.routing import partition_of
 from ray_broker.routing.immediate import receive_now, send_now
-from ray_broker.routing.planner import STICKY_BATCHES, spread_start, unkeyed_tag
+from ray_broker.routing.planner import spread_start, unkeyed_tag
+from ray_broker.sku import get_sku
 
-from .test_router import PARTITIONS, Setup, envelopes, key_for
+from .test_router import PARTITIONS, Setup, SenderLink, envelopes, key_for
 
 TAG = ("sender-1", 0)
-NEXT_WINDOW_TAG = ("sender-1", STICKY_BATCHES)
-"""The sender's first batch of its next window: on the partition after `TAG`'s."""
+NEXT_TAG = ("sender-1", 1)
+"""The sender's next batch: on the partition after `TAG`'s."""
 
 
 async def ready(setup: Setup, name: str = "q", **options: Any) -> Setup:
@@ -43,6 +46,18 @@ async def test_an_unkeyed_tagged_batch_goes_in_one_call_where_the_router_would_s
     assert seqs is not None and len(seqs) == 5
     assert setup.counts()[start] == 5 and sum(setup.counts()) == 5
     assert setup.channel.calls[(start, "send")] == 1
+
+
+async def test_16_consecutive_single_sends_of_a_sender_hit_16_distinct_partitions_in_turn() -> None:
+    setup = await ready(Setup(16))
+    sender = SenderBase(SenderLink(setup.router), get_sku("standard"), "q", partition_count=16)
+    landed = []
+    for n in range(16):
+        seqs = send_now(setup.router, "q", envelopes(Message(str(n))), 5.0, sender._tag())
+        assert seqs is not None
+        landed.append(partition_of(seqs[0]))
+    assert sorted(landed) == list(range(16)) and all(b == (a + 1) % 16 for a, b in zip(landed, landed[1:]))
+    assert setup.counts() == [1] * 16
 
 
 async def test_a_retry_through_the_router_after_a_lost_reply_stores_nothing_twice() -> None:
@@ -92,7 +107,7 @@ async def test_a_receive_takes_what_a_known_partition_holds_and_carries_the_sett
     know_only(setup, spread_start(TAG, PARTITIONS))
     done = receive_now(setup.router, "r1", "q", MAIN, PEEK_LOCK, None, 10, 0, [])
     assert done is not None and done.complete and len(done.reply["messages"]) == 10
-    second = send_now(setup.router, "q", envelopes(*[Message(str(i)) for i in range(4)]), 5.0, NEXT_WINDOW_TAG)
+    second = send_now(setup.router, "q", envelopes(*[Message(str(i)) for i in range(4)]), 5.0, NEXT_TAG)
     assert second is not None
     again = receive_now(setup.router, "r1", "q", MAIN, PEEK_LOCK, None, 10, 0, completes(done.reply))
     assert again is not None and again.complete
@@ -122,7 +137,7 @@ async def test_settlements_for_a_partition_that_does_not_answer_are_left_for_the
     know_only(setup, start)
     got = receive_now(setup.router, "r1", "q", MAIN, PEEK_LOCK, None, 3, 0, [])
     assert got is not None and len(got.reply["messages"]) == 3
-    other = send_now(setup.router, "q", envelopes(Message("x")), 5.0, NEXT_WINDOW_TAG)
+    other = send_now(setup.router, "q", envelopes(Message("x")), 5.0, NEXT_TAG)
     assert other is not None
     know_only(setup, (start + 1) % PARTITIONS)
     setup.channel.down.add(start)

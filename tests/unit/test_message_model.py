@@ -23,6 +23,32 @@ def test_bodies_are_bytes_or_str() -> None:
             Message(bad)  # type: ignore[arg-type]
 
 
+def test_a_body_is_bytes_that_iterate_as_their_one_data_section_as_in_the_sdk() -> None:
+    sent = Message("grüße")
+    received = ReceivedMessage({"payload": codec.packb(sent.to_wire()), "sequence_number": 1})
+    for body in (sent.body, received.body):
+        assert isinstance(body, bytes) and body == "grüße".encode() and len(body) == 7
+        assert b"".join(body) == "grüße".encode()           # the SDK idiom for a body's sections
+        assert list(body) == ["grüße".encode()] and type(next(iter(body))) is bytes
+        assert body.decode() == "grüße" and body[:2] == b"gr" and bytes(body) == "grüße".encode()
+    assert str(received) == "grüße"
+    assert codec.unpackb(codec.packb({"b": received.body})) == {"b": "grüße".encode()}
+
+
+def test_label_is_the_sdks_older_name_for_subject() -> None:
+    message = Message("x", label="eu")
+    assert (message.subject, message.label) == ("eu", "eu")
+    message.label = "us"
+    assert message.subject == "us" and message.to_wire()["subject"] == "us"
+    assert Message("x", subject="eu", label="eu").subject == "eu"
+    with pytest.raises(ValueError, match="label is another name for subject"):
+        Message("x", subject="eu", label="us")
+    with pytest.raises(TypeError, match="label"):
+        Message("x", label=3)  # type: ignore[arg-type]
+    received = ReceivedMessage({"payload": codec.packb(Message("x", label="eu").to_wire()), "sequence_number": 1})
+    assert (received.subject, received.label) == ("eu", "eu")
+
+
 def test_a_body_that_is_not_valid_unicode_is_refused() -> None:
     with pytest.raises(ValueError, match="body"):
         Message("\ud800")

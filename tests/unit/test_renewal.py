@@ -114,15 +114,35 @@ def test_renewing_stops_at_the_max_duration(book: RenewalBook[Lock], clock: Manu
     assert [t - start for t in times] == [2.5, 5.0]
     assert registration not in book and len(book) == 0
     assert lock.locked_until == start + 10.0  # the last lock runs out on its own
+    assert clock.now() == start + 10.0        # and the book let go of it when it had
 
 
-def test_the_max_duration_ending_is_reported_as_such(book: RenewalBook[Lock], clock: ManualClock) -> None:
+def test_a_lock_left_to_expire_after_the_max_duration_is_reported_lapsed(
+        book: RenewalBook[Lock], clock: ManualClock) -> None:
     start = clock.now()
     registration = book.add(Lock(clock, 60.0), "receiver", now=start, max_duration=30.0)
     assert book.plan(start).wake_at == start + 30.0
     clock.advance(30.0)
     plan = book.plan(clock.now())
-    assert plan.due == [] and plan.ended == [(registration, Ending.MAX_DURATION)] and plan.wake_at is None
+    assert (plan.due, plan.ended, plan.wake_at) == ([], [], start + 60.0)  # watched until its lock expires
+    assert registration in book
+    clock.advance(30.0)
+    plan = book.plan(clock.now())
+    assert plan.due == [] and plan.ended == [(registration, Ending.LAPSED)] and plan.wake_at is None
+    assert plan.lapsed == [registration] and registration not in book
+
+
+@pytest.mark.parametrize("flag, ending", [("settled", Ending.SETTLED), ("closed", Ending.RECEIVER_CLOSED)])
+def test_settling_after_the_max_duration_but_before_the_lock_expires_is_no_lapse(
+        book: RenewalBook[Lock], clock: ManualClock, flag: str, ending: Ending) -> None:
+    lock = Lock(clock, 5.0)
+    registration = book.add(lock, "receiver", now=clock.now(), max_duration=10.0)
+    run_until(book, clock, clock.now() + 11.0)
+    assert registration in book and lock.locked_until > clock.now()
+    setattr(lock, flag, True)
+    clock.advance(10.0)
+    plan = book.plan(clock.now())
+    assert plan.ended == [(registration, ending)] and plan.lapsed == []
 
 
 @pytest.mark.parametrize("flag, ending", [("settled", Ending.SETTLED), ("closed", Ending.RECEIVER_CLOSED)])

@@ -9,11 +9,13 @@ from typing import Any
 import pytest
 
 from ray_broker import Message
+from ray_broker.client.flow import run_async
+from ray_broker.client.sending import SenderBase
 from ray_broker.clock import ManualClock
-from ray_broker.errors import InvalidOperationError, PartitionUnavailableError
+from ray_broker.errors import InvalidArgumentError, InvalidOperationError, PartitionUnavailableError
 from ray_broker.protocol import MAIN, PEEK_LOCK
 from ray_broker.routing import make_sequence_number, partition_for_key, partition_of
-from ray_broker.routing.planner import STICKY_BATCHES, next_window, spread_start
+from ray_broker.routing.planner import batch_number, next_run, spread_start
 from ray_broker.routing.router import AWAY_HOLD_S, UNKEYED_SETTLE_S, Router
 from ray_broker.sku import get_sku
 
@@ -220,22 +222,107 @@ async def test_batches_sent_together_wait_for_a_keyed_partition_that_is_down() -
     assert failed.value.partition == 2 and setup.counts() == [0, 0, 0, 0]
 
 
-def test_a_senders_successive_unkeyed_batches_keep_to_a_partition_a_window_at_a_time_and_go_round() -> None:
-    starts = [spread_start(("sender-a", n), 16) for n in range(16 * STICKY_BATCHES)]
-    windows = [starts[w * STICKY_BATCHES:(w + 1) * STICKY_BATCHES] for w in range(16)]
-    assert all(len(set(window)) == 1 for window in windows), "a window of batch numbers keeps to one partition"
-    assert sorted(w[0] for w in windows) == list(range(16)) and windows[1][0] == (windows[0][0] + 1) % 16
-    assert spread_start(("sender-a", 5), 16) == starts[5], "a retry of a batch goes where the batch went"
-    assert [next_window(n) for n in (0, 1, STICKY_BATCHES, STICKY_BATCHES + 1)] == \
-        [0, STICKY_BATCHES, STICKY_BATCHES, 2 * STICKY_BATCHES]
+def test_a_senders_consecutive_batch_numbers_go_to_consecutive_partitions() -> None:
+    starts = [spread_start(("sender-a", n), 16) for n in range(64)]
+    assert all(b == (a + 1) % 16 for a, b in zip(starts, starts[1:])), "each batch goes to the next partition"
+    assert sorted(starts) == sorted(list(range(16)) * 4), "64 batches, 4 on each of the 16"
+    assert spread_start(("sender-a", 37), 16) == starts[37], "a retry of a batch goes where the batch went"
+
+
+def test_sticky_batch_numbers_keep_runs_on_one_partition_and_never_repeat() -> None:
+    numbers = [batch_number(call, 4, 16) for call in range(128)]
+    assert numbers == sorted(set(numbers)), "they grow and never repeat"
+    starts = [spread_start(("sender-a", n), 16) for n in numbers]
+    runs = [starts[r * 4:(r + 1) * 4] for r in range(32)]
+    assert all(len(set(run)) == 1 for run in runs), "a run of 4 calls keeps to one partition"
+    assert all(b[0] == (a[0] + 1) % 16 for a, b in zip(runs, runs[1:])), "the next run goes to the next one"
+    assert [batch_number(call, 1, 16) for call in range(5)] == [0, 1, 2, 3, 4], "round robin numbers its calls"
+    assert [next_run(n, 4) for n in (0, 1, 4, 5)] == [0, 4, 4, 8] and next_run(7, 1) == 7
+
+
+class SenderLink:
+    """A client link whose sends go through the router (as the direct transport's do), recording
+    the partitions each batch's messages landed on."""
+
+    def __init__(self, router: Router) -> None:
+        self.router = router
+        self.landed: list[set[int]] = []
+
+    def call(self, operation: str, *args: Any, timeout: float) -> Any:
+        raise AssertionError(f"only async calls expected, got {operation}")
+
+    async def call_async(self, operation: str, *args: Any, timeout: float) -> Any:
+        result = await getattr(self.router, operation)(*args)
+        for seqs in result if operation == "send_batches" else [result]:
+            self.landed.append({partition_of(s) for s in seqs})
+        return result
+
+
+def sender_over_router(partitions: int = 16, **options: Any) -> tuple[Setup, SenderLink, SenderBase]:
+    """A router over `partitions` stub partitions holding queue "q", and a sender reaching it."""
+    setup = Setup(partitions)
+    setup.create()
+    link = SenderLink(setup.router)
+    return setup, link, SenderBase(link, get_sku("standard"), "q", partition_count=partitions, **options)
+
+
+def landed_on(link: SenderLink) -> list[int]:
+    """The partition each recorded batch went to (each batch goes whole to one)."""
+    assert all(len(partitions) == 1 for partitions in link.landed), "a batch lands whole on one partition"
+    return [next(iter(partitions)) for partitions in link.landed]
+
+
+async def test_a_senders_consecutive_sends_go_to_consecutive_partitions_and_64_use_all_16() -> None:
+    setup, link, sender = sender_over_router()
+    for n in range(64):
+        await run_async(link, sender._send([Message(f"{n}-a"), Message(f"{n}-b")], None, None))
+    order = landed_on(link)
+    assert all(b == (a + 1) % 16 for a, b in zip(order, order[1:])), order
+    assert setup.counts() == [8] * 16
+
+
+async def test_24_single_sends_of_a_sender_reach_all_16_partitions() -> None:
+    setup, link, sender = sender_over_router()
+    for n in range(24):
+        await run_async(link, sender._send(Message(str(n)), None, None))
+    assert len(set(landed_on(link)[:16])) == 16, "16 consecutive single sends, 16 distinct partitions"
+    assert sorted(setup.counts()) == [1] * 8 + [2] * 8
+
+
+async def test_the_batches_of_one_send_message_batches_call_go_round_the_partitions() -> None:
+    setup, link, sender = sender_over_router()
+    await run_async(link, sender._send(Message("first"), None, None))
+    await run_async(link, sender._send_batches([[Message(f"{b}-{i}") for i in range(3)] for b in range(20)], None))
+    order = landed_on(link)
+    assert all(b == (a + 1) % 16 for a, b in zip(order, order[1:])), "each batch to the next partition"
+    assert sorted(setup.counts()) == [3] * 11 + [4] + [6] * 4, "the 21 batches went round once and on 5 more"
+
+
+async def test_a_sticky_sender_keeps_runs_of_batches_on_one_partition_and_goes_round() -> None:
+    setup, link, sender = sender_over_router(sticky_batches=4)
+    for n in range(64):
+        await run_async(link, sender._send(Message(str(n)), None, None))
+    await run_async(link, sender._send_batches([Message(f"b{b}") for b in range(8)], None))
+    order = landed_on(link)
+    runs = [order[r * 4:(r + 1) * 4] for r in range(18)]
+    assert all(len(set(run)) == 1 for run in runs), "4 consecutive batches share a partition"
+    assert all(b[0] == (a[0] + 1) % 16 for a, b in zip(runs, runs[1:])), "the next run goes to the next one"
+    assert sorted(setup.counts()) == [4] * 14 + [8] * 2
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, 1.5, "4", None])
+def test_sticky_batches_must_be_a_positive_int(bad: Any) -> None:
+    with pytest.raises(InvalidArgumentError, match="sticky_batches must be an int >= 1"):
+        SenderBase(SenderLink(Setup().router), get_sku("standard"), "q", sticky_batches=bad, partition_count=16)
 
 
 async def test_an_unkeyed_batch_whose_reply_was_lost_is_not_stored_again_elsewhere() -> None:
     setup = Setup()
     setup.create()
-    start = spread_start(("p", 0), PARTITIONS)
+    await setup.router.definition("q")
+    start = spread_start(("p", 5), PARTITIONS)
     setup.channel.lost_replies.add(start)
-    seqs = await setup.router.send("q", envelopes(*(Message(f"m{i}") for i in range(5))), 30.0, ("p", 0))
+    seqs = await setup.router.send("q", envelopes(*(Message(f"m{i}") for i in range(5))), 30.0, ("p", 5))
     assert {partition_of(s) for s in seqs} == {start}
     assert sum(setup.counts()) == 5, "the retry on the same partition was recognized"
 

@@ -1,0 +1,127 @@
+"""`ray-broker` run as its own process against the session's namespace: receiving from a topic,
+typed application properties, the message options of `send`, `--json` documents, and `bench`
+outside the source checkout."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import ray_broker as rb
+
+CLI = str(Path(sys.executable).with_name("ray-broker"))
+
+
+def run_cli(argv: list[str], *, cwd: str | None = None, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    """Run `ray-broker argv` in a process of its own (its exit status unchecked)."""
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    return subprocess.run([CLI, *argv], capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout,
+                          check=False)
+
+
+def ok(argv: list[str]) -> str:
+    """`run_cli`, which must succeed; its standard output."""
+    result = run_cli(argv)
+    assert result.returncode == 0, f"{argv} exited {result.returncode}\n{result.stdout}\n{result.stderr}"
+    return result.stdout
+
+
+@pytest.fixture
+def target(namespace: rb.Namespace) -> list[str]:
+    """The options that point a command at the session's namespace."""
+    import ray
+
+    return ["-n", namespace.name, "--address", str(ray.get_runtime_context().gcs_address)]
+
+
+def test_bench_runs_outside_the_source_checkout(tmp_path: Path) -> None:
+    installed = subprocess.run([sys.executable, "-c", "import benchmarks.suite"], capture_output=True, text=True,
+                               cwd=str(tmp_path), timeout=60, check=False)
+    assert installed.returncode == 0, f"the benchmarks are not installed with the package:\n{installed.stderr}"
+    result = run_cli(["bench", "--help"], cwd=str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert "--quick" in result.stdout and "--rounds" in result.stdout
+
+
+@pytest.mark.parametrize("command", ["receive", "peek"])
+def test_receiving_from_a_topic_says_to_name_a_subscription(namespace: rb.Namespace, target: list[str],
+                                                            command: str) -> None:
+    topic = f"clit-{uuid.uuid4().hex[:10]}"
+    namespace.create_topic(topic)
+    try:
+        result = run_cli([command, topic, *target])
+    finally:
+        namespace.delete_topic(topic)
+    assert result.returncode == 1
+    assert result.stderr.startswith(f"error: InvalidOperationError: '{topic}' is a topic: {command} from one of "
+                                    f"its subscriptions (`ray-broker {command} {topic}/subscriptions/SUBSCRIPTION")
+    assert "does not exist" not in result.stderr and result.stderr.count("\n") == 1
+
+
+def test_typed_properties_meet_a_numeric_filter(namespace: rb.Namespace, target: list[str]) -> None:
+    topic = f"clit-{uuid.uuid4().hex[:10]}"
+    namespace.create_topic(topic)
+    namespace.create_subscription(topic, "big", rule=rb.SqlFilter("amount > 100 AND vip = TRUE"))
+    try:
+        ok(["send", topic, "--body", "typed", "--property", "amount:int=250", "--property", "vip:bool=true",
+            *target])
+        ok(["send", topic, "--body", "small", "--property", "amount:float=99.5", "--property", "vip:bool=true",
+            *target])
+        ok(["send", topic, "--body", "text", "--property", "amount=250", "--property", "vip:bool=true", *target])
+        with namespace.get_subscription_receiver(topic, "big", max_wait_time=2) as receiver:
+            got = receiver.receive_messages(10, max_wait_time=2)
+            for message in got:
+                receiver.complete_message(message)
+    finally:
+        namespace.delete_topic(topic)
+    assert [str(m) for m in got] == ["typed"]
+    assert got[0].application_properties == {"amount": 250, "vip": True}
+
+
+def test_send_sets_message_id_correlation_id_subject_and_time_to_live(namespace: rb.Namespace,
+                                                                      target: list[str]) -> None:
+    queue = f"cli-{uuid.uuid4().hex[:10]}"
+    namespace.create_queue(queue)
+    try:
+        ok(["send", queue, "--body", "x", "--message-id", "order-7", "--correlation-id", "corr-1",
+            "--subject", "eu", "--ttl", "90.5", *target])
+        records = [json.loads(line) for line in ok(["receive", queue, "--json", "--wait", "2", *target]).splitlines()]
+    finally:
+        namespace.delete_queue(queue)
+    assert len(records) == 1
+    record = records[0]
+    assert (record["message_id"], record["correlation_id"], record["subject"]) == ("order-7", "corr-1", "eu")
+    assert record["time_to_live"] == 90.5 and record["expires_at_utc"] > record["enqueued_time_utc"]
+
+
+def test_status_and_lists_print_json(namespace: rb.Namespace, target: list[str]) -> None:
+    queue, topic = f"cli-{uuid.uuid4().hex[:10]}", f"clit-{uuid.uuid4().hex[:10]}"
+    namespace.create_queue(queue, enable_partitioning=True)
+    namespace.create_topic(topic)
+    namespace.create_subscription(topic, "all")
+    namespace.get_queue_sender(queue).send_messages([rb.Message(f"m{i}") for i in range(3)])
+    try:
+        status: dict[str, Any] = json.loads(ok(["status", "--json", *target]))
+        queues = json.loads(ok(["queue", "list", "--json", *target]))
+        topics = json.loads(ok(["topic", "list", "--json", *target]))
+        subscriptions = json.loads(ok(["subscription", "list", topic, "--json", *target]))
+    finally:
+        namespace.delete_queue(queue)
+        namespace.delete_topic(topic)
+    assert status["namespace"] == namespace.name and status["partition_count"] == namespace.partition_count
+    assert [p["index"] for p in status["partitions"]] == list(range(namespace.partition_count))
+    assert all(p["health"] == "up" and isinstance(p["pid"], int) for p in status["partitions"])
+    by_path = {e["path"]: e for e in status["entities"]}
+    assert by_path[queue]["kind"] == "queue" and by_path[queue]["runtime"]["active_message_count"] == 3
+    assert by_path[f"{topic}/subscriptions/all"]["kind"] == "subscription"
+    listed = next(q for q in queues if q["name"] == queue)
+    assert listed["enable_partitioning"] is True and listed["lock_duration"] == 60.0
+    assert listed["runtime"]["active_message_count"] == 3 and listed["auto_delete_on_idle"] is None
+    assert next(t for t in topics if t["name"] == topic)["runtime"]["subscription_count"] == 1
+    assert [s["name"] for s in subscriptions] == ["all"] and subscriptions[0]["topic_name"] == topic

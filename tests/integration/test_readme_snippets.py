@@ -1,0 +1,76 @@
+"""README's Python snippets: each has a namespace of its own and removes it at its end, so each runs
+again, and after any other; the main ones run twice in a process of their own. A program using the
+library as the snippets do sees none of Ray's own notices."""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .helpers import isolated_env, short_tmpdir
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+RAY_NOTICES = ("(raylet)", "Token authentication", "WARNING")
+"""Text of Ray's start-up and worker notices, which must not reach a library user."""
+RUN_TWICE = """
+import sys
+source = open(sys.argv[1], encoding="utf-8").read()
+for run in (1, 2):
+    exec(compile(source, "README snippet", "exec"), {"__name__": "__main__"})
+    print("RUN", run, "OK", flush=True)
+"""
+
+
+def python_snippets() -> list[str]:
+    """Every ```python block of README, as written."""
+    return re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), re.S)
+
+
+def started_namespaces(snippet: str) -> list[str]:
+    """The names of the namespaces a snippet starts."""
+    return re.findall(r"\brba?\.start\(\"([^\"]+)\"", snippet)
+
+
+def snippet_starting(name: str) -> str:
+    """The one snippet that starts namespace `name`."""
+    (snippet,) = [s for s in python_snippets() if name in started_namespaces(s)]
+    return snippet
+
+
+def test_each_snippet_that_starts_a_namespace_has_its_own_and_deletes_it() -> None:
+    starting = [s for s in python_snippets() if started_namespaces(s)]
+    names = [name for s in starting for name in started_namespaces(s)]
+    assert len(starting) >= 7 and len(names) == len(set(names)), names
+    for snippet in starting:
+        for name in started_namespaces(snippet):
+            assert re.search(rf"\brba?\.stop\(\"{re.escape(name)}\", delete_data=True\)", snippet), snippet
+
+
+def test_snippets_without_a_namespace_of_their_own_start_none() -> None:
+    for snippet in python_snippets():
+        if not started_namespaces(snippet):
+            assert "rb.start" not in snippet and "create_queue" not in snippet, snippet
+
+
+@pytest.mark.ray
+@pytest.mark.parametrize("name", ["shop", "shop-async", "topics"])
+def test_a_main_snippet_runs_twice_in_a_row_without_ray_notices(name: str, tmp_path: Path) -> None:
+    script = tmp_path / "snippet.py"
+    script.write_text(snippet_starting(name), encoding="utf-8")
+    ray_tmpdir = short_tmpdir("rb-readme-")
+    try:
+        result = subprocess.run([sys.executable, "-c", RUN_TWICE, str(script)], capture_output=True, text=True,
+                                env=isolated_env(ray_tmpdir, str(tmp_path / "home")), cwd=str(tmp_path),
+                                timeout=420, check=False)
+    finally:
+        shutil.rmtree(ray_tmpdir, ignore_errors=True)
+    assert result.returncode == 0, f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    assert "RUN 1 OK" in result.stdout and "RUN 2 OK" in result.stdout
+    for notice in RAY_NOTICES:
+        assert notice not in result.stdout + result.stderr, f"Ray's notice reached the user:\n{result.stdout}\n" \
+                                                            f"{result.stderr}"
+    assert not (tmp_path / "home" / name).exists()
