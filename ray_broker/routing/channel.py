@@ -19,15 +19,18 @@ Request = tuple[int, Sequence[Call]]
 class PartitionUnavailable(Exception):
     """A partition did not answer (dead, restarting, or too slow).
 
-    `replaced` is True when the partition's actor was found dead for good and the channel now
-    reaches its replacement (recreated from the same store).
+    `reached` is True when the call may have run on the partition before it failed (the actor
+    died or its reply was lost or late), False when it certainly did not (it was refused before
+    it was sent: the actor is restarting, cannot be scheduled, or was already known dead). A
+    tagged batch that failed unreached cannot have been stored there, so it may go elsewhere at
+    once.
     """
 
-    def __init__(self, index: int, reason: str, *, replaced: bool = False) -> None:
+    def __init__(self, index: int, reason: str, *, reached: bool = True) -> None:
         super().__init__(f"partition {index}: {reason}")
         self.index = index
         self.reason = reason
-        self.replaced = replaced
+        self.reached = reached
 
 
 class PartitionChannel(Protocol):

@@ -32,6 +32,10 @@ BACKOFF = Backoff()
 """The policy of partition health and of every retry of a partition or gateway call."""
 RETRY_BACKOFF = Backoff(maximum=1.0)
 """Keyed retries of one partition keep knocking at least once a second."""
+AWAY_BACKOFF = Backoff(initial=30.0, multiplier=2.0, maximum=240.0, jitter=0.0)
+"""How long a partition that stays away (its node likely lost, not restarting) is passed over by
+unkeyed sends and receives: 30 s, and twice as long each time it is still away after a hold, up
+to 4 minutes, until it answers again."""
 INITIAL_BACKOFF_S = BACKOFF.initial
 MAX_BACKOFF_S = BACKOFF.maximum
 
@@ -40,6 +44,10 @@ MAX_BACKOFF_S = BACKOFF.maximum
 class _State:
     failures: int = 0
     retry_at: float = 0.0
+    failing_since: float | None = None
+    """When the partition's current run of failures began (None while it answers)."""
+    holds: int = 0
+    """Away holds since it last answered."""
 
 
 class PartitionHealth:
@@ -48,29 +56,42 @@ class PartitionHealth:
     Args:
         partition_count: how many partitions there are.
         backoff: the back-off policy (default `BACKOFF`).
+        away: the policy of holds of a partition that stays away (default `AWAY_BACKOFF`).
     """
 
-    def __init__(self, partition_count: int, backoff: Backoff = BACKOFF) -> None:
+    def __init__(self, partition_count: int, backoff: Backoff = BACKOFF, away: Backoff = AWAY_BACKOFF) -> None:
         self._states = [_State() for _ in range(partition_count)]
         self._backoff = backoff
+        self._away = away
 
     def succeeded(self, index: int) -> None:
         """Record an answer from partition `index`."""
-        state = self._states[index]
-        state.failures, state.retry_at = 0, 0.0
+        self._states[index] = _State()
 
     def failed(self, index: int, now: float) -> float:
-        """Record a failure; return the back-off before the partition should be tried again."""
+        """Record a failure; return the back-off before the partition should be tried again (a
+        hold under way is kept)."""
         state = self._states[index]
         backoff = self._backoff.delay(state.failures)
         state.failures += 1
-        state.retry_at = now + backoff * (1.0 - self._backoff.jitter * random.random())
+        if state.failing_since is None:
+            state.failing_since = now
+        state.retry_at = max(state.retry_at, now + backoff * (1.0 - self._backoff.jitter * random.random()))
         return backoff
 
-    def hold(self, index: int, until: float) -> None:
-        """Skip partition `index` until `until` at least (it stayed away longer than a restart takes)."""
+    def failing_for(self, index: int, now: float) -> float:
+        """How long partition `index` has failed without an answer (0 while it answers)."""
+        since = self._states[index].failing_since
+        return 0.0 if since is None else now - since
+
+    def hold_away(self, index: int, now: float) -> float:
+        """Skip partition `index`, which stayed away longer than a restart takes, for the next
+        hold of the away policy (each one longer while it does not answer); returns the hold."""
         state = self._states[index]
-        state.retry_at = max(state.retry_at, until)
+        hold = self._away.delay(state.holds)
+        state.holds += 1
+        state.retry_at = max(state.retry_at, now + hold)
+        return hold
 
     def available(self, index: int, now: float) -> bool:
         """Whether partition `index` is healthy, or its back-off has passed."""

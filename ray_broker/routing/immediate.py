@@ -27,7 +27,8 @@ def send_now(router: Router, entity: str, envelopes: list[dict[str, Any]], timeo
     """`router.send` in one partition call on this thread, when it takes one: a tagged batch
     whose entity's definition is cached, bound for one partition that is available. Returns the
     sequence numbers, or None when the send is to go through `router.send` (retried there under
-    the same tag if this call reached the partition and its reply was lost)."""
+    the same tag if this call may have reached the partition and its reply was lost; sent
+    elsewhere first if it cannot have)."""
     definition = router.cached_definition(entity)
     if definition is None or producer is None:
         return None
@@ -42,6 +43,8 @@ def send_now(router: Router, entity: str, envelopes: list[dict[str, Any]], timeo
         return None
     (outcome,) = router.channel.call_now([(k, [("send", (entity, envelopes, tag))])], min(timeout, ATTEMPT_TIMEOUT_S))
     if isinstance(outcome, PartitionUnavailable):
+        if not outcome.reached:
+            router.health.failed(k, router.clock())
         return None
     if isinstance(outcome, BaseException):
         raise outcome

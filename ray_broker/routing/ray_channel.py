@@ -14,6 +14,7 @@ import ray
 from ray.exceptions import (
     ActorDiedError,
     ActorPlacementGroupRemoved,
+    ActorUnavailableError,
     ActorUnschedulableError,
     RayError,
     RayTaskError,
@@ -25,17 +26,37 @@ from .channel import Call, PartitionUnavailable, Request
 
 GONE_FOR_GOOD: tuple[type[RayError], ...] = (ActorDiedError, ActorUnschedulableError, ActorPlacementGroupRemoved)
 """Ray's errors for an actor that is dead and that Ray will not restart: its callers have it made again."""
+UNPLACEABLE: tuple[type[RayError], ...] = (ActorUnschedulableError, ActorPlacementGroupRemoved)
+"""Ray's errors for an actor that has nowhere to run: a call to it is never sent."""
+REFUSED_RESTARTING = "The actor is restarting."
+"""How Ray's `ActorUnavailableError` says it refused a call, unsent, because the actor is
+restarting (an actor with `max_task_retries=0`, as partitions are)."""
+NEVER_STARTED = "The actor never ran"
+"""How Ray's `ActorDiedError` says the actor was cancelled before it ever started."""
+
+
+def never_sent(exc: BaseException) -> bool:
+    """Whether Ray's error (as the caller got it, not raised inside the actor) says the call was
+    refused before it was sent, so it cannot have run: the actor has nowhere to run, is
+    restarting, or never started."""
+    if isinstance(exc, UNPLACEABLE):
+        return True
+    if isinstance(exc, ActorUnavailableError):
+        return REFUSED_RESTARTING in str(exc)
+    return isinstance(exc, ActorDiedError) and NEVER_STARTED in str(exc)
 
 
 def classify_ray_failure(index: int, exc: BaseException) -> BaseException:
     """What a failed partition call means to a router: the engine's typed error when the partition
     answered with one, else `PartitionUnavailable` for any of Ray's errors (died, restarting,
     unschedulable, its node or the caller's object lost, timed out, ...), so that no Ray exception
-    reaches a caller. Any other exception is returned as it is."""
-    if isinstance(exc, RayTaskError):
+    reaches a caller; it says whether the call may have run (`reached`: not when `never_sent`).
+    Any other exception is returned as it is."""
+    remote = isinstance(exc, RayTaskError)
+    if remote:
         exc = unwrap_remote_error(exc)
     if isinstance(exc, (RayError, asyncio.TimeoutError)):
-        return PartitionUnavailable(index, type(exc).__name__)
+        return PartitionUnavailable(index, type(exc).__name__, reached=remote or not never_sent(exc))
     return exc
 
 
@@ -100,13 +121,16 @@ class RayChannel:
     def __init__(self, partition_count: int, source: HandleSource) -> None:
         self.partition_count = partition_count
         self.source = source
+        self._dead: dict[int, Any] = {}
+        """Each partition's handle last found dead for good: Ray sends no call on it."""
 
-    def _submit(self, index: int, calls: Sequence[Call]) -> Any:
+    def _submit(self, index: int, calls: Sequence[Call]) -> tuple[Any, Any]:
+        """Send `calls` to partition `index`: the handle used, and the call's object ref."""
         handle = self.source.handle(index)
         if len(calls) == 1:
             operation, args = calls[0]
-            return handle.run.remote(operation, *args)
-        return handle.run_batch.remote(list(calls))
+            return handle, handle.run.remote(operation, *args)
+        return handle, handle.run_batch.remote(list(calls))
 
     @staticmethod
     def _results(calls: Sequence[Call], value: Any) -> list[Any]:
@@ -114,25 +138,33 @@ class RayChannel:
 
     async def call(self, index: int, calls: Sequence[Call], timeout: float) -> list[Any]:
         """Run `calls` on partition `index` in one actor call; engine errors come back typed."""
-        return self._results(calls, await self._await(index, self._submit(index, calls), timeout))
+        handle, ref = self._submit(index, calls)
+        return self._results(calls, await self._await(index, handle, ref, timeout))
 
     def call_now(self, requests: Sequence[Request], timeout: float) -> list[list[Any] | BaseException]:
         """Run round trips at once with `ray.get` on the caller's thread; each one's results or error."""
-        refs = [self._submit(index, calls) for index, calls in requests]
+        sent = [self._submit(index, calls) for index, calls in requests]
         deadline = time.monotonic() + timeout
         outcomes: list[list[Any] | BaseException] = []
-        for (index, calls), ref in zip(requests, refs):
+        for (index, calls), (handle, ref) in zip(requests, sent):
             try:
                 outcomes.append(self._results(calls, ray.get(ref, timeout=max(deadline - time.monotonic(), 0.001))))
             except RayError as exc:
-                outcomes.append(self._failure(index, ref, exc))
+                outcomes.append(self._failure(index, handle, ref, exc))
         return outcomes
 
-    @staticmethod
-    def _failure(index: int, ref: Any, exc: BaseException) -> BaseException:
-        """The error a failed call stands for (`classify_ray_failure`); a call that got no answer
-        is cancelled."""
+    def _classify(self, index: int, handle: Any, exc: BaseException) -> BaseException:
+        """`classify_ray_failure`, where a call on a handle already known dead for good never
+        reached the partition."""
         error = classify_ray_failure(index, exc)
+        if isinstance(error, PartitionUnavailable) and error.reached and self._dead.get(index) is handle:
+            return PartitionUnavailable(index, error.reason, reached=False)
+        return error
+
+    def _failure(self, index: int, handle: Any, ref: Any, exc: BaseException) -> BaseException:
+        """The error a failed call on `handle` stands for (`_classify`); a call that got no
+        answer is cancelled."""
+        error = self._classify(index, handle, exc)
         if isinstance(error, PartitionUnavailable):
             ray.cancel(ref)
         return error
@@ -140,27 +172,34 @@ class RayChannel:
     async def wait_available(self, index: int, entity: str, subq: int, session_id: str | None, free_session: bool,
                              timeout: float) -> bool:
         """Wait on partition `index` (it wakes its waiters when a message arrives); False after `timeout`."""
-        ref = self.source.handle(index).wait_available.remote(entity, subq, session_id, free_session, timeout)
-        return bool(await self._await(index, ref, timeout + 5.0))
+        handle = self.source.handle(index)
+        ref = handle.wait_available.remote(entity, subq, session_id, free_session, timeout)
+        return bool(await self._await(index, handle, ref, timeout + 5.0))
 
     async def receive_waiting(self, index: int, receiver_id: str, entity: str, subq: int, max_count: int, mode: str,
                               session: tuple[str, bytes] | None, seen: int | None,
                               timeout: float) -> dict[str, Any]:
         """A waiting receive on partition `index`: its reply carries the messages that woke it (to
         this process only while it lives: the call carries its `caller_token`)."""
-        ref = self.source.handle(index).receive_waiting.remote(receiver_id, entity, subq, max_count, mode, session,
-                                                               seen, timeout, caller_token())
-        return dict(await self._await(index, ref, timeout + 5.0))
+        handle = self.source.handle(index)
+        ref = handle.receive_waiting.remote(receiver_id, entity, subq, max_count, mode, session, seen, timeout,
+                                            caller_token())
+        return dict(await self._await(index, handle, ref, timeout + 5.0))
 
     async def end_waits(self, index: int, receiver_id: str) -> None:
         """End `receiver_id`'s waiting receive on partition `index`."""
-        await self._await(index, self.source.handle(index).end_waits.remote(receiver_id), 5.0)
+        handle = self.source.handle(index)
+        await self._await(index, handle, handle.end_waits.remote(receiver_id), 5.0)
 
-    async def _await(self, index: int, ref: Any, timeout: float) -> Any:
+    async def _await(self, index: int, handle: Any, ref: Any, timeout: float) -> Any:
+        """The result of the call `ref` on `handle`, or its failure; an actor found dead for good
+        is remembered as dead and replaced (through the handle source)."""
         try:
             return await asyncio.wait_for(asyncio.wrap_future(ref.future()), timeout=max(timeout, 0.001))
         except (RayError, asyncio.TimeoutError) as exc:
             if isinstance(exc, GONE_FOR_GOOD) and not isinstance(exc, RayTaskError):
+                error = self._classify(index, handle, exc)
+                self._dead[index] = handle
                 await self.source.replace(index)
-                raise PartitionUnavailable(index, f"its actor died ({type(exc).__name__})", replaced=True) from None
-            raise self._failure(index, ref, exc) from None
+                raise error from None
+            raise self._failure(index, handle, ref, exc) from None

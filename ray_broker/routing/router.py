@@ -38,10 +38,9 @@ ATTEMPT_TIMEOUT_S = 5.0
 WATCH_TIMEOUT_S = 10.0
 """The longest one wait on a partition lasts before it is renewed."""
 UNKEYED_SETTLE_S = 10.0
-"""How long an unkeyed tagged batch keeps to a partition that failed with it before moving on."""
-AWAY_HOLD_S = 30.0
-"""How long unkeyed sends and receives pass over a partition that stayed away `UNKEYED_SETTLE_S`
-(its node is likely lost, not restarting)."""
+"""How long an unkeyed tagged batch keeps to a partition that failed with it, maybe having stored
+it, before moving on; a partition failing longer is taken as away (its node likely lost, not
+restarting) and held (`health.AWAY_BACKOFF`)."""
 GATHER_WINDOW_S = 0.003
 """After the first waiting receive brings messages, how long the others get to bring theirs."""
 DATA_OPERATIONS = frozenset({"send", "send_batches", "cancel_scheduled", "receive", "settle", "close_receiver",
@@ -263,8 +262,12 @@ class Router:
 
         A partition that failed after the batch was sent to it may have stored it, and only that
         partition recognizes a repeat of a tagged batch: so it is retried for up to
-        `UNKEYED_SETTLE_S` (a restart takes a second or two) before the batch moves on. Only a
-        partition that stays away longer can leave a copy behind (at-least-once, as Service Bus).
+        `UNKEYED_SETTLE_S` (a restart takes a second or two) before the batch moves on, once per
+        batch. Only a partition that stays away longer can leave a copy behind (at-least-once, as
+        Service Bus). A call that cannot have reached its partition (refused before it was sent)
+        leaves no doubt: the batch moves on at once. A partition failing for longer than
+        `UNKEYED_SETTLE_S` is held away (`PartitionHealth.hold_away`), longer each time it is still
+        away after a hold.
         """
         name = definition["name"]
         doubted = False
@@ -276,13 +279,14 @@ class Router:
                     break
                 try:
                     seqs = await self.call_one(k, "send", name, batch, producer, timeout=remaining)
-                except PartitionUnavailable:
-                    if doubted or producer is None:
-                        continue
-                    doubted = True
-                    seqs = await self._settle_doubt(k, name, batch, producer, deadline)
+                except PartitionUnavailable as exc:
+                    seqs = None
+                    if exc.reached and producer is not None and not doubted:
+                        doubted = True
+                        seqs = await self._settle_doubt(k, name, batch, producer, deadline)
                     if seqs is None:
-                        self.health.hold(k, self.clock() + AWAY_HOLD_S)
+                        if self.health.failing_for(k, self.clock()) >= UNKEYED_SETTLE_S:
+                            self.health.hold_away(k, self.clock())
                         continue
                 self.place(result, indexes, seqs, definition, k)
                 return
@@ -347,7 +351,9 @@ class Router:
         `{"messages": [...], "settled": [one result per settlement]}`.
 
         Settlements for a partition that serves the receive travel in the same partition call; the
-        others are sent in parallel with it.
+        others are sent in parallel with it. A partition that answers with an engine error ends the
+        receive with that error; the messages the receive had taken go back to the receiver's
+        cache.
         """
         deadline = self.clock() + max_wait
         definition = await self.definition(entity)
@@ -385,8 +391,15 @@ class Router:
                     continue
                 requests = self.receive_requests(state, entity, subq, mode, session, chosen, max_count - len(out),
                                                  prefetch, settlements, pending)
-                fetched = await asyncio.gather(*(self._receive_from(k, calls, carried, settlements, pending, settled,
-                                                                    hints) for k, calls, carried in requests))
+                outcomes = await asyncio.gather(*(self._receive_from(k, calls, carried, settlements, pending,
+                                                                     settled, hints) for k, calls, carried in requests),
+                                                return_exceptions=True)
+                fetched = [outcome for outcome in outcomes if isinstance(outcome, list)]
+                failure = next((outcome for outcome in outcomes if isinstance(outcome, BaseException)), None)
+                if failure is not None:
+                    out.extend(self.hand_out(state, fetched, max_count - len(out)))
+                    state.cache.extendleft(reversed(out))
+                    raise failure
                 if not any(fetched):
                     for k in chosen:
                         hints[k] = False

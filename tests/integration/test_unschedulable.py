@@ -58,6 +58,7 @@ def test_calls_to_an_unschedulable_partition_are_unavailability(stranded: tuple[
     channel = RayChannel(ns.partition_count, handles)
     (outcome,) = channel.call_now([(0, [("list_entities", ())])], 30.0)
     assert isinstance(outcome, PartitionUnavailable) and outcome.reason == "ActorUnschedulableError"
+    assert not outcome.reached, "Ray sent nothing to an actor with nowhere to run"
 
     async def call() -> PartitionUnavailable:
         with pytest.raises(PartitionUnavailable) as caught:
@@ -65,7 +66,7 @@ def test_calls_to_an_unschedulable_partition_are_unavailability(stranded: tuple[
         return caught.value
 
     failure = asyncio.run(call())
-    assert failure.replaced and handles.replaced == [0], "Ray will not restart it: the source makes it again"
+    assert not failure.reached and handles.replaced == [0], "Ray will not restart it: the source makes it again"
 
 
 def test_sends_pass_over_an_unschedulable_partition(stranded: tuple[rb.Namespace, _Handles]) -> None:

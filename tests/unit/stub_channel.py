@@ -1,7 +1,8 @@
 """A `PartitionChannel` over real engines in this process: routing policy tested without Ray.
 
 Partitions can be taken down (they then raise `PartitionUnavailable`, as a dead or restarting
-actor does) and brought back; every call is counted; waits wake when an operation may have made
+actor does; as one that may have run the call, or, when `unreachable`, as one that refused it
+unsent) and brought back; every call is counted; waits wake when an operation may have made
 messages available, as the partition actor's do.
 """
 from __future__ import annotations
@@ -26,6 +27,9 @@ class StubChannel:
         self.engines = [PartitionEngine(k, partition_count, Store(None, "memory"), clock)
                         for k in range(partition_count)]
         self.down: set[int] = set()
+        self.unreachable: set[int] = set()
+        """Partitions that refuse every call before it is sent (as Ray does while an actor
+        restarts or has nowhere to run)."""
         self.lost_replies: set[int] = set()
         """Partitions whose next call runs but whose reply is lost (as when a partition dies after
         its commit)."""
@@ -36,6 +40,8 @@ class StubChannel:
         self._waiting: Counter[tuple[int, str]] = Counter()
 
     def _check(self, index: int) -> None:
+        if index in self.unreachable:
+            raise PartitionUnavailable(index, "refused unsent (stub)", reached=False)
         if index in self.down:
             raise PartitionUnavailable(index, "down (stub)")
 

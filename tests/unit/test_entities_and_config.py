@@ -20,7 +20,7 @@ from ray_broker.entities import (
     normalize_queue_options,
 )
 from ray_broker.errors import InvalidArgumentError, InvalidOperationError
-from ray_broker.routing.health import MAX_BACKOFF_S, PartitionHealth
+from ray_broker.routing.health import AWAY_BACKOFF, MAX_BACKOFF_S, PartitionHealth
 from ray_broker.sku import SKUS, get_sku, partition_count_for
 
 
@@ -255,6 +255,19 @@ def test_partition_health_backs_off_and_recovers() -> None:
     health.failed(2, now=0.0)
     health.succeeded(2)
     assert health.available(2, now=0.0)
+
+
+def test_a_partition_that_stays_away_is_held_ever_longer_until_it_answers() -> None:
+    health = PartitionHealth(2)
+    health.failed(1, now=0.0)
+    assert health.failing_for(1, now=12.0) == 12.0 and health.failing_for(0, now=12.0) == 0.0
+    assert [health.hold_away(1, now=12.0) for _ in range(5)] == [30.0, 60.0, 120.0, 240.0, 240.0]
+    health.failed(1, now=13.0)
+    assert not health.available(1, now=12.0 + 239.0), "a failure does not cut a hold short"
+    assert health.available(1, now=12.0 + AWAY_BACKOFF.maximum)
+    health.succeeded(1)
+    assert health.available(1, now=13.0) and health.failing_for(1, now=20.0) == 0.0
+    assert health.hold_away(1, now=20.0) == AWAY_BACKOFF.initial, "an answer starts the holds over"
 
 
 def test_a_restarted_namespace_pins_partitions_to_the_current_node(tmp_path: Path) -> None:

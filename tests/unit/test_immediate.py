@@ -15,7 +15,7 @@ from ray_broker.routing.immediate import receive_now, send_now
 from ray_broker.routing.planner import spread_start, unkeyed_tag
 from ray_broker.sku import get_sku
 
-from .test_router import PARTITIONS, Setup, SenderLink, envelopes, key_for
+from .test_router import PARTITIONS, Setup, SenderLink, envelopes, key_for, two_cached_and_a_partition_gone
 
 TAG = ("sender-1", 0)
 NEXT_TAG = ("sender-1", 1)
@@ -150,3 +150,13 @@ async def test_settlements_for_a_partition_that_does_not_answer_are_left_for_the
     merged = done.merged(later)
     assert merged["settled"] == [None, None, None] and setup.counts()[start] == 0
     assert len(merged["messages"]) == 1
+
+
+async def test_a_round_meeting_an_engine_error_puts_what_it_took_back_in_the_cache() -> None:
+    setup = Setup()
+    cached = await two_cached_and_a_partition_gone(setup)
+    with pytest.raises(MessagingEntityNotFoundError):
+        receive_now(setup.router, "r1", "q", MAIN, PEEK_LOCK, None, 5, 0, [])
+    state = setup.router.receiver("r1", "q", MAIN)
+    assert [record["sequence_number"] for _, record in state.cache] == cached, "nothing taken is lost"
+    assert await setup.router.close_receiver("r1") == 2, "and closing the receiver releases them"

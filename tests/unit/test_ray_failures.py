@@ -4,6 +4,11 @@ making the gateway again; no Ray exception is handed on as it is. And where gate
 where a partition goes when the node it is placed on by id is gone."""
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+from types import SimpleNamespace
+from typing import Any
+
 import pytest
 from ray.exceptions import (
     ActorDiedError,
@@ -19,13 +24,14 @@ from ray.exceptions import (
     RayTaskError,
     WorkerCrashedError,
 )
+from ray.core.generated.common_pb2 import ActorDiedErrorContext
 
 from actors.seeding import away_from_home
 from ray_broker.client.link import RetryAction, classify_gateway_failure
 from ray_broker.config import NamespaceConfig, displaced, spread_node
 from ray_broker.errors import MessagingEntityNotFoundError
 from ray_broker.routing.channel import PartitionUnavailable
-from ray_broker.routing.ray_channel import GONE_FOR_GOOD, classify_ray_failure
+from ray_broker.routing.ray_channel import GONE_FOR_GOOD, RayChannel, classify_ray_failure
 
 NODE_LOSS_ERRORS: list[RayError] = [
     ActorUnschedulableError("The node specified via NodeAffinitySchedulingStrategy doesn't exist any more"),
@@ -50,6 +56,80 @@ def test_every_ray_error_of_a_partition_call_is_partition_unavailable(exc: RayEr
     outcome = classify_ray_failure(3, exc)
     assert isinstance(outcome, PartitionUnavailable) and not isinstance(outcome, RayError)
     assert outcome.index == 3 and outcome.reason == type(exc).__name__
+
+
+REFUSED_UNSENT: list[RayError] = [
+    ActorUnschedulableError("The node specified via NodeAffinitySchedulingStrategy doesn't exist any more"),
+    ActorPlacementGroupRemoved(),
+    ActorUnavailableError("The actor is temporarily unavailable: IOError: The actor is restarting.", b"a" * 16),
+    ActorDiedError(ActorDiedErrorContext(actor_id=b"a" * 16, never_started=True)),
+]
+"""Ray's errors for a call it refused before sending it (what it says while a partition's actor
+waits for a node with its store label is the restarting one)."""
+MAYBE_RUN: list[BaseException] = [
+    ActorUnavailableError("The actor is temporarily unavailable: IOError: The actor was restarted", b"a" * 16),
+    ActorDiedError(),
+    NodeDiedError("node 1 died"),
+    GetTimeoutError("no answer"),
+    asyncio.TimeoutError(),
+    _task_error(ActorUnschedulableError("raised by a call the partition ran")),
+]
+
+
+@pytest.mark.parametrize("exc", REFUSED_UNSENT, ids=lambda e: type(e).__name__)
+def test_a_call_refused_unsent_did_not_reach_its_partition(exc: RayError) -> None:
+    outcome = classify_ray_failure(2, exc)
+    assert isinstance(outcome, PartitionUnavailable) and not outcome.reached
+
+
+@pytest.mark.parametrize("exc", MAYBE_RUN, ids=lambda e: type(e).__name__)
+def test_any_other_failure_may_have_reached_its_partition(exc: BaseException) -> None:
+    outcome = classify_ray_failure(2, exc)
+    assert isinstance(outcome, PartitionUnavailable) and outcome.reached
+
+
+class _Ref:
+    """An actor call's object ref that failed with `error`."""
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+    def future(self) -> concurrent.futures.Future[Any]:
+        failed: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        failed.set_exception(self.error)
+        return failed
+
+
+class _DeadSource:
+    """One partition whose actor is dead for good and whose replacement never comes."""
+
+    def __init__(self) -> None:
+        self.dead = SimpleNamespace(run=SimpleNamespace(remote=lambda *args: _Ref(ActorDiedError())))
+        self.replaced = 0
+
+    def handle(self, index: int) -> Any:
+        return self.dead
+
+    async def replace(self, index: int) -> None:
+        self.replaced += 1
+
+
+def test_a_call_on_a_handle_already_found_dead_did_not_reach_its_partition() -> None:
+    source = _DeadSource()
+    channel = RayChannel(1, source)
+
+    async def failures() -> list[PartitionUnavailable]:
+        caught = []
+        for _ in range(2):
+            with pytest.raises(PartitionUnavailable) as failure:
+                await channel.call(0, [("list_entities", ())], 5.0)
+            caught.append(failure.value)
+        return caught
+
+    first, second = asyncio.run(failures())
+    assert first.reached, "the actor may have died running the first call"
+    assert not second.reached, "Ray sends nothing to an actor it knows is dead"
+    assert source.replaced == 2
 
 
 def test_a_partition_that_answered_with_an_engine_error_gives_that_error() -> None:

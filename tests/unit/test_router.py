@@ -12,11 +12,17 @@ from ray_broker import Message
 from ray_broker.client.flow import run_async
 from ray_broker.client.sending import SenderBase
 from ray_broker.clock import ManualClock
-from ray_broker.errors import InvalidArgumentError, InvalidOperationError, PartitionUnavailableError
+from ray_broker.errors import (
+    InvalidArgumentError,
+    InvalidOperationError,
+    MessagingEntityNotFoundError,
+    PartitionUnavailableError,
+)
 from ray_broker.protocol import MAIN, PEEK_LOCK
 from ray_broker.routing import make_sequence_number, partition_for_key, partition_of
 from ray_broker.routing.planner import batch_number, next_run, spread_start
-from ray_broker.routing.router import AWAY_HOLD_S, UNKEYED_SETTLE_S, Router
+from ray_broker.routing.health import AWAY_BACKOFF
+from ray_broker.routing.router import ATTEMPT_TIMEOUT_S, UNKEYED_SETTLE_S, Router
 from ray_broker.sku import get_sku
 
 from .conftest import queue_definition
@@ -339,8 +345,105 @@ async def test_an_unkeyed_batch_moves_on_when_its_partition_stays_away() -> None
     for number in range(1, 2 * PARTITIONS):
         await setup.router.send("q", envelopes(Message("later")), 60.0, ("p", number))
     assert setup.channel.calls[(start, "send")] == tried, "a partition that stayed away is passed over for a while"
-    setup.clock.advance(AWAY_HOLD_S)
+    setup.clock.advance(AWAY_BACKOFF.initial)
     setup.channel.down.discard(start)
     for number in range(2 * PARTITIONS, 3 * PARTITIONS):
         await setup.router.send("q", envelopes(Message("back")), 60.0, ("p", number))
     assert setup.channel.calls[(start, "send")] > tried, "and used again once the hold is over"
+
+
+def two_partitions_away(setup: Setup, refused: bool) -> list[int]:
+    """Take down two of the four partitions, as losing the node that holds them does: their calls
+    are refused unsent (`refused`, as Ray does while their actors wait for the node) or fail
+    after they may have run."""
+    lost = [1, 2]
+    (setup.channel.unreachable if refused else setup.channel.down).update(lost)
+    return lost
+
+
+async def paced_stream(setup: Setup, batches: int) -> list[float]:
+    """Send `batches` tagged unkeyed batches of one sender, one every 0.65 s; how long each took."""
+    took = []
+    for number in range(batches):
+        began = setup.clock.now()
+        seqs = await setup.router.send("q", envelopes(Message(f"m{number}")), 60.0, ("p", number))
+        assert seqs[0] is not None
+        took.append(setup.clock.now() - began)
+        setup.clock.advance(0.65)
+    return took
+
+
+async def test_an_unkeyed_batch_refused_unsent_moves_on_at_once() -> None:
+    setup = Setup()
+    setup.create()
+    start = spread_start(("p", 0), PARTITIONS)
+    setup.channel.unreachable.add(start)
+    seqs = await setup.router.send("q", envelopes(*(Message(f"m{i}") for i in range(5))), 60.0, ("p", 0))
+    assert len({partition_of(s) for s in seqs}) == 1 and partition_of(seqs[0]) != start
+    assert sum(setup.slept) == 0, "a call that cannot have reached its partition leaves no doubt to wait out"
+    assert sum(setup.counts()) == 5
+
+
+async def test_after_a_node_loss_refused_batches_never_wait() -> None:
+    setup = Setup()
+    setup.create()
+    lost = two_partitions_away(setup, refused=True)
+    took = await paced_stream(setup, 100)
+    assert max(took) <= ATTEMPT_TIMEOUT_S and sum(setup.slept) < 1.0, (max(took), sum(setup.slept))
+    assert sum(setup.counts()) == 100 and all(setup.counts()[k] == 0 for k in lost)
+    tries = sum(setup.channel.calls[(k, "send")] for k in lost)
+    assert tries == 0, "refused calls never ran"
+
+
+async def test_after_a_node_loss_doubts_are_waited_out_ever_more_rarely() -> None:
+    setup = Setup()
+    setup.create()
+    lost = two_partitions_away(setup, refused=False)
+    took = await paced_stream(setup, 600)
+    assert max(took) <= UNKEYED_SETTLE_S + 1.0, "a batch waits out one doubt at most"
+    doubts = [t for t in took if t > ATTEMPT_TIMEOUT_S]
+    # 600 batches span some 8 minutes: each lost partition is doubted when first met, then after
+    # holds of 30, 60 and 120 s (a fixed 30 s hold would doubt each one every 40 s or so).
+    assert len(doubts) <= 2 * 4, took
+    assert sum(setup.slept) <= 2 * 4 * (UNKEYED_SETTLE_S + 1.0)
+    assert sum(setup.counts()) == 600 and all(setup.counts()[k] == 0 for k in lost)
+
+
+async def test_a_lost_partition_that_answers_again_is_held_briefly_again() -> None:
+    setup = Setup()
+    setup.create()
+    lost = two_partitions_away(setup, refused=False)
+    await paced_stream(setup, 200)
+    setup.channel.down.clear()
+    setup.clock.advance(AWAY_BACKOFF.maximum)
+    await paced_stream(setup, 8)
+    assert all(setup.counts()[k] > 0 for k in lost), "back in use once their hold is over"
+    for k in lost:
+        assert setup.router.health.hold_away(k, setup.clock.now()) == AWAY_BACKOFF.initial, "holds start over"
+
+
+async def two_cached_and_a_partition_gone(setup: Setup) -> list[int]:
+    """Receiver "r1" of "q" with two messages of partition 0 in its cache (prefetched), and
+    partition 1 known to hold messages but without the entity any more, so that receiving there
+    raises an engine error. Returns the cached messages' sequence numbers."""
+    setup.create()
+    await setup.router.send("q", envelopes(*(Message(f"m{i}", partition_key=key_for(0)) for i in range(3))), 5.0)
+    hints = setup.router.hints(await setup.router.definition("q"), MAIN, None)
+    hints.update({k: k == 0 for k in range(PARTITIONS)})
+    first = await setup.router.receive("r1", "q", MAIN, PEEK_LOCK, None, 1, 0.0, 2, [])
+    assert len(first["messages"]) == 1
+    cached = [record["sequence_number"] for _, record in setup.router.receiver("r1", "q", MAIN).cache]
+    assert len(cached) == 2
+    hints[1] = True
+    setup.channel.engines[1].delete_entity("q")
+    return cached
+
+
+async def test_a_receive_meeting_an_engine_error_puts_what_it_took_back_in_the_cache() -> None:
+    setup = Setup()
+    cached = await two_cached_and_a_partition_gone(setup)
+    with pytest.raises(MessagingEntityNotFoundError):
+        await setup.router.receive("r1", "q", MAIN, PEEK_LOCK, None, 5, 0.0, 0, [])
+    state = setup.router.receiver("r1", "q", MAIN)
+    assert [record["sequence_number"] for _, record in state.cache] == cached, "nothing taken is lost"
+    assert await setup.router.close_receiver("r1") == 2, "and closing the receiver releases them"
