@@ -47,6 +47,9 @@ from ray_broker.sku import MAX_ENTITIES, get_sku
 from .handles import partition_actor
 
 SWEEP_INTERVAL_S = 30.0
+REPLACE_WAIT_S = 10.0
+"""How long a replacement waits for Ray to free a dead partition actor's name."""
+REPLACE_POLL_S = 0.05
 CALLER_CHECK_AFTER_S = 0.5
 """A receive that took longer than this (it waited) checks that its caller is still there."""
 ADMIN_OPERATIONS = frozenset({"create_entity", "create_subscription", "update_entity", "delete_entity",
@@ -75,8 +78,18 @@ class GatewayHandles:
 
     async def replace(self, index: int) -> None:
         """Recreate partition `index` (from its store, on a live node when its own is gone) after
-        its actor died for good."""
-        self._handles[index] = partition_actor(self.config, index)
+        its actor died for good.
+
+        Ray frees a dead actor's name a moment after its death is reported, and until then a lookup
+        by name finds the dead actor again: so the lookup is repeated until it gives another actor
+        (for up to `REPLACE_WAIT_S`)."""
+        dead = self._handles[index]
+        give_up = time.monotonic() + REPLACE_WAIT_S
+        handle = partition_actor(self.config, index)
+        while dead is not None and handle._actor_id == dead._actor_id and time.monotonic() < give_up:
+            await asyncio.sleep(REPLACE_POLL_S)
+            handle = partition_actor(self.config, index)
+        self._handles[index] = handle
         self.epochs[index] += 1
 
     def table(self) -> dict[str, Any]:
@@ -279,7 +292,13 @@ class Gateway:
         hosts = planner.hosts(definition, self.count)
 
         async def one(k: int) -> Any:
+            epoch = self.handles.epochs[k]
             try:
+                return await self.router.call_one(k, "runtime", name)
+            except PartitionUnavailable:
+                if self.handles.epochs[k] == epoch:
+                    return None
+            try:  # the call found the partition's actor dead for good and made it again: ask the new one
                 return await self.router.call_one(k, "runtime", name)
             except PartitionUnavailable:
                 return None

@@ -24,7 +24,7 @@ import ray
 
 from actors.metrics import PartitionMetrics
 from actors.seeding import away_from_home, seed_entities
-from ray_broker.callers import Token, caller_gone
+from ray_broker.callers import CallerWatch, Token
 from ray_broker.config import NODE_DATA_DIR_ENV, RAY_NAMESPACE, NamespaceConfig
 from ray_broker.engine.partition import PartitionEngine
 from ray_broker.engine.store import Store
@@ -172,6 +172,7 @@ class PartitionActor:
         namespace = NamespaceConfig(**config)
         self.config = namespace
         self.index = index
+        self._callers = CallerWatch()
         owner = f"Ray cluster {ray.get_runtime_context().gcs_address}, actor {namespace.partition_name(index)}"
         path = namespace.store_path(index, os.environ.get(NODE_DATA_DIR_ENV))
         store = Store(path, namespace.durability, owner=owner,
@@ -287,7 +288,7 @@ class PartitionActor:
                     self._ended.discard(receiver_id)
         if reply is None:
             return empty
-        if checks > 1 and mode == PEEK_LOCK and reply["messages"] and caller_gone(caller):
+        if checks > 1 and mode == PEEK_LOCK and reply["messages"] and self._callers.gone(caller):
             self._release(entity, subq, session, reply["messages"])
             return empty
         return reply

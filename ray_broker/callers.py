@@ -10,13 +10,19 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from typing import Any
+import time
+from typing import Any, Callable
 
 import ray
 from ray.exceptions import GetTimeoutError, OwnerDiedError
 
 CALLER_CHECK_S = 2.0
 """How long a check waits for the token; a check that does not finish counts the caller as there."""
+CALLER_FRESH_S = 0.5
+"""How long a caller found there is taken as still there without asking again: about as long as
+Ray itself takes to learn that a process died, so a busy receiver's waits cost no extra round trip."""
+WATCHED_CALLERS = 4096
+"""How many callers a `CallerWatch` remembers before it forgets those not seen lately."""
 
 Token = list[Any]
 """A caller's token as calls carry it: `[ObjectRef]`."""
@@ -59,3 +65,41 @@ async def caller_gone_async(token: Token | None) -> bool:
     except asyncio.TimeoutError:
         return False
     return False
+
+
+class CallerWatch:
+    """`caller_gone`, asked at most once per `fresh_s` for each caller still there.
+
+    Args:
+        check: whether a token's process has died (`caller_gone`; injectable for tests).
+        fresh_s: how long a caller found there counts as there without another check.
+        clock: monotonic seconds.
+    """
+
+    def __init__(self, check: Callable[[Token | None], bool] = caller_gone, fresh_s: float = CALLER_FRESH_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._check = check
+        self._fresh_s = fresh_s
+        self._clock = clock
+        self._seen: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def gone(self, token: Token | None) -> bool:
+        """Whether the process owning `token` has died (False without a token)."""
+        if not token:
+            return False
+        key = token[0].hex()
+        now = self._clock()
+        with self._lock:
+            seen = self._seen.get(key)
+        if seen is not None and now - seen < self._fresh_s:
+            return False
+        if self._check(token):
+            with self._lock:
+                self._seen.pop(key, None)
+            return True
+        with self._lock:
+            self._seen[key] = now
+            if len(self._seen) > WATCHED_CALLERS:
+                self._seen = {k: t for k, t in self._seen.items() if now - t < self._fresh_s}
+        return False
