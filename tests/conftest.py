@@ -4,6 +4,9 @@ Tests that need Ray are marked `ray` (selected automatically by the fixtures the
 """
 from __future__ import annotations
 
+import http.server
+import socket
+import threading
 import uuid
 from typing import Iterator
 
@@ -42,6 +45,24 @@ def namespace(ray_instance: None, tmp_path_factory: pytest.TempPathFactory):  # 
     ns = rb.start("itest", data_dir=str(tmp_path_factory.mktemp("itest")), durability="normal")
     yield ns
     rb.stop("itest", delete_data=True)
+
+
+@pytest.fixture
+def http_address() -> Iterator[str]:
+    """The address of an HTTP/1 server on 127.0.0.1 (no Ray head: address checks refuse it)."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+def closed_address() -> str:
+    """An address on 127.0.0.1 where nothing listens."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{probe.getsockname()[1]}"
 
 
 @pytest.fixture

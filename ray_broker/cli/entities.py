@@ -89,6 +89,17 @@ def _show(properties: Any, runtime: Any) -> None:
                        p.scheduled_message_count] for p in runtime.partitions])
 
 
+def _show_entity(entity: Entity, namespace: str, get_properties: Callable[[], Any], get_runtime: Callable[[], Any],
+                 as_json: bool) -> None:
+    """Print a queue's or topic's settings and counts, as a table or (`as_json`) one JSON document."""
+    properties = _found(entity, namespace, get_properties)
+    runtime = _found(entity, namespace, get_runtime)
+    if as_json:
+        output.json_document(_record(properties, runtime))
+    else:
+        _show(properties, runtime)
+
+
 def _found(entity: Entity, namespace: str, get: Callable[[], Any]) -> Any:
     """`get()`, with an entity that does not exist reported as the command line words it."""
     from ..errors import MessagingEntityNotFoundError
@@ -151,13 +162,8 @@ def queue_show(name: QueueName, namespace: NamespaceOption = DEFAULT_NAMESPACE, 
                as_json: AsJson = False) -> None:
     """Show a queue's settings and counts (per partition when partitioned)."""
     ns = attach(namespace, address)
-    entity = Entity("queue", name)
-    properties = _found(entity, ns.name, lambda: ns.get_queue(name))
-    runtime = _found(entity, ns.name, lambda: ns.get_queue_runtime_properties(name))
-    if as_json:
-        output.json_document(_record(properties, runtime))
-    else:
-        _show(properties, runtime)
+    _show_entity(Entity("queue", name), ns.name, lambda: ns.get_queue(name),
+                 lambda: ns.get_queue_runtime_properties(name), as_json)
 
 
 # ---------------------------------------------------------------------------------------------- topics
@@ -205,13 +211,8 @@ def topic_show(name: TopicName, namespace: NamespaceOption = DEFAULT_NAMESPACE, 
                as_json: AsJson = False) -> None:
     """Show a topic's settings and counts."""
     ns = attach(namespace, address)
-    entity = Entity("topic", name)
-    properties = _found(entity, ns.name, lambda: ns.get_topic(name))
-    runtime = _found(entity, ns.name, lambda: ns.get_topic_runtime_properties(name))
-    if as_json:
-        output.json_document(_record(properties, runtime))
-    else:
-        _show(properties, runtime)
+    _show_entity(Entity("topic", name), ns.name, lambda: ns.get_topic(name),
+                 lambda: ns.get_topic_runtime_properties(name), as_json)
 
 
 # ---------------------------------------------------------------------------------------------- subscriptions

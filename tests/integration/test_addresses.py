@@ -6,15 +6,12 @@ except the last test, which checks the address probe against the session's Ray.
 """
 from __future__ import annotations
 
-import http.server
 import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Iterator
@@ -47,24 +44,6 @@ def env(tmp_path: Path) -> Iterator[dict[str, str]]:
     ray_tmp = short_tmpdir("rba")
     yield isolated_env(ray_tmp, str(tmp_path / "home"))
     shutil.rmtree(ray_tmp, ignore_errors=True)
-
-
-@pytest.fixture
-def http_address() -> Iterator[str]:
-    """The address of an HTTP/1 server on 127.0.0.1."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
-
-
-@pytest.fixture
-def closed_address() -> str:
-    """An address on 127.0.0.1 where nothing listens."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return f"127.0.0.1:{probe.getsockname()[1]}"
 
 
 def timed(command: list[str], env: dict[str, str]) -> tuple[subprocess.CompletedProcess[str], float]:

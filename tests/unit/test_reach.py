@@ -3,11 +3,10 @@ server), and a Ray Client address is refused, each within seconds and before Ray
 Every server here is a throwaway one on 127.0.0.1."""
 from __future__ import annotations
 
-import http.server
 import socket
 import threading
 import time
-from typing import Callable, Iterator
+from typing import Callable
 
 import pytest
 
@@ -15,25 +14,6 @@ import ray_broker as rb
 from ray_broker.client import lifecycle
 from ray_broker.client.reach import EMPTY_SETTINGS_FRAME, HTTP2_PREFACE, check_ray_head, host_and_port
 from ray_broker.errors import ClusterUnreachableError, InvalidArgumentError
-
-
-@pytest.fixture
-def http_address() -> Iterator[str]:
-    """The address of an HTTP/1 server on 127.0.0.1."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
-
-
-@pytest.fixture
-def closed_address() -> str:
-    """An address on 127.0.0.1 where nothing listens."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return f"127.0.0.1:{probe.getsockname()[1]}"
 
 
 def serve_once(answer: Callable[[socket.socket], None]) -> tuple[str, list[bytes]]:
