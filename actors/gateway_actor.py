@@ -53,7 +53,7 @@ REPLACE_POLL_S = 0.05
 CALLER_CHECK_AFTER_S = 0.5
 """A receive that took longer than this (it waited) checks that its caller is still there."""
 ADMIN_OPERATIONS = frozenset({"create_entity", "create_subscription", "update_entity", "delete_entity",
-                              "list_entities", "add_rule", "remove_rule", "runtime", "routing_table",
+                              "list_entities", "add_rule", "update_rule", "remove_rule", "runtime", "routing_table",
                               "partition_failed"})
 """The management operations a gateway serves itself (data operations go to its router)."""
 MAX_SUBSCRIPTIONS_PER_TOPIC = 2000
@@ -261,6 +261,22 @@ class Gateway:
                 f"subscription {definition['name']!r} already has a rule named {rule['name']!r}; delete it first or "
                 "choose another name", entity=definition["name"])
         await self.router.everywhere("add_rule", definition["name"], rule, deadline=time.monotonic() + timeout,
+                                     entity=definition["name"])
+        self.router.forget(definition["name"])
+        return rule
+
+    async def update_rule(self, subscription: str, rule: dict[str, Any], timeout: float) -> dict[str, Any]:
+        """Replace the filter and action of a subscription's rule on every partition; the rule as
+        stored (its name as it was created, its creation time kept)."""
+        definition = await self._definition_of(subscription, "subscription")
+        rule = rule_to_wire(rule_from_wire(rule))
+        current = next((r for r in definition.get("rules", ()) if r["name"].lower() == rule["name"].lower()), None)
+        if current is None:
+            raise MessagingEntityNotFoundError(
+                f"subscription {definition['name']!r} has no rule named {rule['name']!r}; create it with create_rule",
+                entity=definition["name"])
+        rule = {**current, "filter": rule["filter"], "action": rule["action"]}
+        await self.router.everywhere("update_rule", definition["name"], rule, deadline=time.monotonic() + timeout,
                                      entity=definition["name"])
         self.router.forget(definition["name"])
         return rule

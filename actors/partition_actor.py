@@ -56,6 +56,7 @@ OPERATIONS: dict[str, bool] = {
     "get_entity": False,
     "list_entities": False,
     "add_rule": False,
+    "update_rule": False,
     "remove_rule": False,
     "send": True,
     "cancel_scheduled": False,

@@ -200,6 +200,10 @@ class Namespace(NamespaceBase[Sender, Receiver, Transaction], Closing):
         """One rule of a subscription."""
         return await self._run(management.get_rule(topic_name, subscription_name, rule_name))
 
+    async def update_rule(self, topic_name: str, subscription_name: str, rule: RuleProperties) -> None:
+        """Replace the filter and action of a subscription's rule, as `rb.Namespace.update_rule` does."""
+        await self._run(management.update_rule(topic_name, subscription_name, rule))
+
     async def delete_rule(self, topic_name: str, subscription_name: str, rule_name: str) -> None:
         """Remove a rule from a subscription."""
         await self._run(management.delete_rule(topic_name, subscription_name, rule_name))

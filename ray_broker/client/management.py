@@ -291,6 +291,18 @@ def create_rule(topic_name: str, subscription_name: str, rule_name: str, filter:
     return rule_from_wire(stored)
 
 
+def update_rule(topic_name: str, subscription_name: str, rule: RuleProperties) -> Flow[None]:
+    """Replace the filter and action of the subscription's rule named `rule.name` with `rule`'s, on
+    every partition at once; messages sent from then on are selected by the new ones. The filter
+    and action are checked (compiled again from their text) before anything is sent."""
+    path = _subscription_path(topic_name, subscription_name)
+    if not isinstance(rule, RuleProperties):
+        raise InvalidArgumentError(f"update_rule takes the RuleProperties get_rule returns (with filter and action "
+                                   f"changed), not {type(rule).__name__}")
+    checked = rule_from_wire(rule_to_wire(RuleProperties(rule.name, rule.filter, rule.action)))
+    yield request("update_rule", path, rule_to_wire(checked), MANAGEMENT_TIMEOUT_S, timeout=MANAGEMENT_TIMEOUT_S)
+
+
 def get_rule(topic_name: str, subscription_name: str, rule_name: str) -> Flow[RuleProperties]:
     """One rule of a subscription (`MessagingEntityNotFoundError` if it has none of that name)."""
     for rule in (yield from list_rules(topic_name, subscription_name)):

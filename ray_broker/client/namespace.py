@@ -271,6 +271,13 @@ class Namespace(NamespaceBase[Sender, Receiver, Transaction]):
         """One rule of a subscription."""
         return self._run(management.get_rule(topic_name, subscription_name, rule_name))
 
+    def update_rule(self, topic_name: str, subscription_name: str, rule: RuleProperties) -> None:
+        """Replace the filter and action of the subscription's rule named `rule.name` (a `RuleProperties`
+        as `get_rule` returns it, with `filter` and `action` changed) on every partition at once; it
+        selects the messages sent from then on. A bad filter or action raises `RuleSyntaxError` or
+        `InvalidArgumentError` before anything changes; a missing rule `MessagingEntityNotFoundError`."""
+        self._run(management.update_rule(topic_name, subscription_name, rule))
+
     def delete_rule(self, topic_name: str, subscription_name: str, rule_name: str) -> None:
         """Remove a rule from a subscription."""
         self._run(management.delete_rule(topic_name, subscription_name, rule_name))

@@ -117,6 +117,10 @@ class PartitionEngine:
         """Add a rule (`filters.rule_to_wire` form) to a subscription; see `topics.add_rule`."""
         return topics.add_rule(self.state, subscription, rule)
 
+    def update_rule(self, subscription: str, rule: Mapping[str, Any]) -> dict[str, Any]:
+        """Replace the filter and action of a subscription's rule of that name; see `topics.replace_rule`."""
+        return topics.replace_rule(self.state, subscription, rule)
+
     def remove_rule(self, subscription: str, name: str) -> dict[str, Any]:
         """Remove a subscription's rule by name; see `topics.remove_rule`."""
         return topics.remove_rule(self.state, subscription, name)

@@ -1,4 +1,4 @@
-"""Topic rules on one partition: adding and removing a subscription's rules.
+"""Topic rules on one partition: adding, replacing and removing a subscription's rules.
 
 A subscription's rules live in its definition (`rules`, each as `filters.rule_to_wire` gives it)
 and apply to the messages enqueued after they change (see `fanout`). Each change is applied on
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from ..errors import InvalidOperationError, MessagingEntityAlreadyExistsError
+from ..errors import InvalidOperationError, MessagingEntityAlreadyExistsError, MessagingEntityNotFoundError
 from .state import PartitionState
 
 
@@ -25,6 +25,24 @@ def add_rule(state: PartitionState, subscription: str, rule: Mapping[str, Any]) 
         raise state.error(MessagingEntityAlreadyExistsError, f"subscription {definition['name']!r} already has a rule "
                           f"named {existing['name']!r}; delete it first or choose another name", definition["name"])
     return state.put_definition({**definition, "rules": [*rules, dict(rule)]})
+
+
+def replace_rule(state: PartitionState, subscription: str, rule: Mapping[str, Any]) -> dict[str, Any]:
+    """Replace the filter and action of a subscription's rule (found by name, ignoring case) with
+    those of `rule`, in one store transaction; the rule keeps its name, its place among the rules
+    and its creation time. `MessagingEntityNotFoundError` if the subscription has no rule of that
+    name. Returns the subscription's definition."""
+    definition = _subscription(state, subscription)
+    rules = [dict(r) for r in definition.get("rules", ())]
+    index = next((i for i, r in enumerate(rules) if r["name"].lower() == str(rule["name"]).lower()), None)
+    if index is None:
+        raise state.error(MessagingEntityNotFoundError, f"subscription {definition['name']!r} has no rule named "
+                          f"{rule['name']!r}; create it with create_rule", definition["name"])
+    replaced = {**rules[index], "filter": rule["filter"], "action": rule.get("action")}
+    if replaced == rules[index]:
+        return definition
+    rules[index] = replaced
+    return state.put_definition({**definition, "rules": rules})
 
 
 def remove_rule(state: PartitionState, subscription: str, name: str) -> dict[str, Any]:

@@ -102,6 +102,47 @@ def test_rules_added_and_removed_apply_to_later_messages(namespace: rb.Namespace
     namespace.delete_topic(topic_name)
 
 
+def keyed(numbers: range) -> list[rb.Message]:
+    """One message per number, each with its own partition key (so they spread over the partitions)."""
+    return [rb.Message(str(n), partition_key=f"k{n}", application_properties={"n": n}) for n in numbers]
+
+
+def test_update_rule_replaces_the_filter_on_every_partition(namespace: rb.Namespace, topic_name: str) -> None:
+    namespace.create_topic(topic_name, enable_partitioning=True)
+    namespace.create_subscription(topic_name, "s", rule=rb.SqlFilter("n < 10"))
+    with namespace.get_topic_sender(topic_name) as sender:
+        sender.send_messages(keyed(range(0, 20)))
+        rule = namespace.get_rule(topic_name, "s", "$DEFAULT")
+        rule.filter = rb.SqlFilter("n >= @low", {"low": 30})
+        rule.action = rb.SqlRuleAction("SET user.updated = TRUE")
+        assert namespace.update_rule(topic_name=topic_name, subscription_name="s", rule=rule) is None
+        sender.send_messages(keyed(range(20, 40)))
+    got = take_all(namespace, topic_name, "s", expected=20)
+    assert sorted(int(m.body) for m in got) == [*range(0, 10), *range(30, 40)]
+    assert all(m.application_properties.get("updated", False) is (int(m.body) >= 30) for m in got)
+    (stored,) = namespace.list_rules(topic_name, "s")
+    assert (stored.name, stored.filter, stored.action) == ("$Default", rule.filter, rule.action)
+    namespace.delete_topic(topic_name)
+
+
+def test_update_rule_refuses_bad_rules_and_missing_entities(namespace: rb.Namespace, topic_name: str) -> None:
+    namespace.create_topic(topic_name)
+    namespace.create_subscription(topic_name, "s", rule=rb.SqlFilter("n < 10"))
+    rule = namespace.get_rule(topic_name, "s", "$Default")
+    rule.filter.sql_expression = "n <"
+    with pytest.raises(rb.errors.RuleSyntaxError):
+        namespace.update_rule(topic_name, "s", rule)
+    rule.filter = "n < 3"
+    with pytest.raises(rb.errors.InvalidArgumentError, match="filter must be"):
+        namespace.update_rule(topic_name, "s", rule)
+    assert namespace.get_rule(topic_name, "s", "$Default").filter == rb.SqlFilter("n < 10")
+    with pytest.raises(rb.errors.MessagingEntityNotFoundError, match="no rule named 'missing'"):
+        namespace.update_rule(topic_name, "s", rb.RuleProperties("missing", rb.FalseFilter()))
+    with pytest.raises(rb.errors.MessagingEntityNotFoundError):
+        namespace.update_rule(topic_name, "gone", rb.RuleProperties("$Default", rb.FalseFilter()))
+    namespace.delete_topic(topic_name)
+
+
 def test_killing_a_partition_loses_nothing_on_any_subscription(namespace: rb.Namespace, topic_name: str) -> None:
     namespace.create_topic(topic_name, enable_partitioning=True)
     for name in ("a", "b", "c"):
@@ -276,8 +317,15 @@ async def test_async_topics(namespace: rb.Namespace, topic_name: str, client_pat
         assert [r.name for r in await ns.list_rules(topic_name, "all")] == ["$Default", "tag"]
         async with ns.get_topic_sender(topic_name) as sender:
             await sender.send_messages([rb.Message(str(n), application_properties={"n": n}) for n in range(6)])
+        odd = await ns.get_rule(topic_name, "even", "$Default")
+        odd.filter = rb.SqlFilter("n % 2 = 1")
+        assert await ns.update_rule(topic_name, "even", odd) is None
+        async with ns.get_topic_sender(topic_name) as sender:
+            await sender.send_messages(keyed(range(10, 14)))
+        with pytest.raises(rb.errors.MessagingEntityNotFoundError):
+            await ns.update_rule(topic_name, "even", rb.RuleProperties("missing", rb.TrueFilter()))
         got: dict[str, list[bytes]] = {}
-        for name, count in (("even", 3), ("all", 7)):
+        for name, count in (("even", 5), ("all", 11)):
             async with ns.get_subscription_receiver(topic_name, name, max_wait_time=5) as receiver:
                 got[name] = []
                 while len(got[name]) < count:
@@ -286,8 +334,8 @@ async def test_async_topics(namespace: rb.Namespace, topic_name: str, client_pat
                     for message in batch:
                         await receiver.complete_message(message)
                     got[name] += [m.body for m in batch]
-        assert sorted(got["even"]) == [b"0", b"2", b"4"]
-        assert sorted(got["all"]) == sorted([str(n).encode() for n in range(6)] + [b"3"])
+        assert sorted(got["even"]) == [b"0", b"11", b"13", b"2", b"4"]
+        assert sorted(got["all"]) == sorted([str(n).encode() for n in [*range(6), *range(10, 14)]] + [b"3"])
         runtime = await ns.get_subscription_runtime_properties(topic_name, "all")
         assert runtime.active_message_count == 0
         assert (await ns.get_topic_runtime_properties(topic_name)).subscription_count == 2

@@ -17,7 +17,13 @@ from ray_broker.entities import (
     normalize_topic_options,
     subscription_path,
 )
-from ray_broker.errors import InvalidOperationError, MessagingEntityAlreadyExistsError, MessagingEntityNotFoundError
+from ray_broker.errors import (
+    InvalidArgumentError,
+    InvalidOperationError,
+    MessagingEntityAlreadyExistsError,
+    MessagingEntityNotFoundError,
+    RuleSyntaxError,
+)
 from ray_broker.filters import (
     DEFAULT_RULE_NAME,
     CorrelationFilter,
@@ -233,6 +239,60 @@ def test_rule_changes_apply_to_later_messages(broker: Broker) -> None:
     broker.engine.remove_rule(path, "red")
     broker.send("news", message("3", subject="red"), message("4", subject="blue"))
     assert broker.bodies(topic.drain(path)) == [b"2", b"4"]
+
+
+def test_updating_a_rule_replaces_its_filter_and_action_for_later_messages(make_broker: Callable[..., Broker],
+                                                                           tmp_path: Path) -> None:
+    broker = make_broker(path=tmp_path / "p.sqlite3")
+    topic = Topic(broker)
+    path = topic.subscribe("s", rule("Big", SqlFilter("user.n > 10")), rule("other", FalseFilter()))
+    broker.send("news", message("5", n=5), message("50", n=50))
+    before = broker.engine.get_entity(path)["rules"]
+    changed = {**rule_to_wire(rule("big", SqlFilter("user.n < 10"), SqlRuleAction("SET user.lane = 'small'"))),
+               "created_at_utc": "ignored"}
+    broker.engine.update_rule(path, changed)
+    broker.engine.update_rule(path, changed)
+    after = broker.engine.get_entity(path)["rules"]
+    assert [r["name"] for r in after] == ["Big", "other"]
+    assert after[0]["created_at_utc"] == before[0]["created_at_utc"] and after[1] == before[1]
+    assert after[0]["filter"] == {"type": "sql", "sql_expression": "user.n < 10", "parameters": None}
+    broker.send("news", message("6", n=6), message("60", n=60))
+    got = topic.drain(path)
+    assert broker.bodies(got) == [b"50", b"6"]
+    assert got[0].application_properties == {"n": 50}
+    assert got[1].application_properties == {"n": 6, "lane": "small", "RuleName": "Big"}
+    broker.engine.store.close()
+    again = make_broker(path=tmp_path / "p.sqlite3")
+    assert again.engine.get_entity(path)["rules"] == after
+
+
+def test_updating_a_missing_rule_or_a_topic_is_refused_and_changes_nothing(broker: Broker) -> None:
+    topic = Topic(broker)
+    path = topic.subscribe("s")
+    before = broker.engine.get_entity(path)
+    with pytest.raises(MessagingEntityNotFoundError, match="no rule named 'nope'"):
+        broker.engine.update_rule(path, rule_to_wire(rule("nope", FalseFilter())))
+    with pytest.raises(MessagingEntityNotFoundError):
+        broker.engine.update_rule("news/subscriptions/gone", rule_to_wire(rule(DEFAULT_RULE_NAME, FalseFilter())))
+    with pytest.raises(InvalidOperationError, match="rules belong to subscriptions"):
+        broker.engine.update_rule("news", rule_to_wire(rule(DEFAULT_RULE_NAME, FalseFilter())))
+    assert broker.engine.get_entity(path) == before
+
+
+def test_update_rule_checks_the_rule_before_sending_anything() -> None:
+    current = rule("r", SqlFilter("user.n > 1"))
+    current.filter.sql_expression = "user.n >"
+    with pytest.raises(RuleSyntaxError):
+        next(management.update_rule("news", "s", current))
+    current.filter = "user.n > 1"  # type: ignore[assignment]
+    with pytest.raises(InvalidArgumentError, match="filter must be"):
+        next(management.update_rule("news", "s", current))
+    with pytest.raises(InvalidArgumentError, match="RuleProperties"):
+        next(management.update_rule("news", "s", "r"))  # type: ignore[arg-type]
+    good = rule("r", SqlFilter("user.n > 1"), SqlRuleAction("SET user.x = 1"))
+    call = next(management.update_rule("news", "s", good))
+    assert call.operation == "update_rule" and call.args[0] == "news/subscriptions/s"
+    assert call.args[1]["filter"]["sql_expression"] == "user.n > 1"
 
 
 def test_deleting_a_subscription_frees_what_only_it_held(broker: Broker) -> None:
