@@ -32,6 +32,7 @@ from ray_broker.protocol import PEEK_LOCK
 from ray_broker.routing.forwarding import Forwarder
 from ray_broker.routing.health import BACKOFF
 from ray_broker.routing.ray_channel import RayChannel, TableHandles
+from ray_broker.routing.receiving import release_op
 from ray_broker.routing.router import Router
 from ray_broker.sku import get_sku
 
@@ -297,7 +298,7 @@ class PartitionActor:
     def _release(self, entity: str, subq: int, session: tuple[str, bytes] | None,
                  records: list[dict[str, Any]]) -> None:
         """Release messages locked for a caller that is gone, without counting a delivery."""
-        ops = [["release", r["sequence_number"], r["lock_token"]] for r in records]
+        ops = [release_op(r) for r in records]
         logger.warning("partition %d of namespace %r: the caller of a waiting receive on %r is gone; %d message(s) "
                        "locked for it released", self.index, self.config.name, entity, len(ops))
         self.run("settle", entity, subq, ops, session)

@@ -8,7 +8,7 @@ import logging
 import ray
 from ray.exceptions import RayError
 
-from ray_broker.config import RAY_NAMESPACE, NamespaceConfig, node_key
+from ray_broker.config import RAY_NAMESPACE, NamespaceConfig, pinned_node
 from ray_broker.engine.partition import PartitionEngine
 
 SEED_TIMEOUT_S = 5.0
@@ -18,8 +18,8 @@ logger = logging.getLogger("ray_broker.partition")
 
 def away_from_home(config: NamespaceConfig, index: int, node_id: str) -> bool:
     """Whether partition `index`, running on node `node_id`, is placed by the id of another node."""
-    home = None if config.placement is None else config.placement[index]
-    return home is not None and home.startswith("node:") and home != node_key(node_id, None)
+    home = pinned_node(config, index)
+    return home is not None and home != node_id
 
 
 def seed_entities(config: NamespaceConfig, index: int, engine: PartitionEngine) -> int:

@@ -103,11 +103,18 @@ def spread_node(index: int, alive: list[str]) -> str | None:
     return nodes[index % len(nodes)] if nodes else None
 
 
-def displaced(config: NamespaceConfig, index: int, alive: list[str]) -> bool:
-    """Whether partition `index` is placed by the id of a node that is not among the `alive` ones
-    (a node id never comes back: a returning node gets a new one)."""
+def pinned_node(config: NamespaceConfig, index: int) -> str | None:
+    """The id of the node partition `index` is placed on by id, or None when it is placed by store
+    label or not placed at all."""
     home = None if config.placement is None else config.placement[index]
-    return home is not None and home.startswith("node:") and home.removeprefix("node:") not in alive
+    return home.removeprefix("node:") if home is not None and home.startswith("node:") else None
+
+
+def displaced(config: NamespaceConfig, index: int, alive: list[str]) -> bool:
+    """Whether partition `index` is pinned by id to a node that is no longer among the `alive` ones
+    (a node id never comes back: a returning node gets a new one)."""
+    node = pinned_node(config, index)
+    return node is not None and node not in alive
 
 
 def token_hash(auth_token: str | None) -> str | None:

@@ -24,11 +24,16 @@ def brought(watches: Iterable[Watch]) -> list[tuple[int, dict[str, Any]]]:
             for pair in task.result()]
 
 
+def release_op(record: dict[str, Any]) -> list[Any]:
+    """The "release" settlement (which counts no delivery) of one locked message."""
+    return ["release", record["sequence_number"], record["lock_token"]]
+
+
 def releases(held: Iterable[tuple[int, dict[str, Any]]]) -> dict[int, list[list[Any]]]:
-    """"release" settlements (which count no delivery) for locked messages, grouped by partition."""
+    """`release_op`s for locked messages, grouped by partition."""
     ops: dict[int, list[list[Any]]] = {}
     for k, record in held:
-        ops.setdefault(k, []).append(["release", record["sequence_number"], record["lock_token"]])
+        ops.setdefault(k, []).append(release_op(record))
     return ops
 
 
