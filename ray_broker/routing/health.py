@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 
@@ -96,6 +97,12 @@ class PartitionHealth:
     def available(self, index: int, now: float) -> bool:
         """Whether partition `index` is healthy, or its back-off has passed."""
         return self._states[index].retry_at <= now
+
+    def next_retry(self, indexes: Iterable[int], now: float) -> float | None:
+        """Seconds until the first of `indexes` held in back-off may be tried again (None when
+        none is held)."""
+        waits = [self._states[k].retry_at - now for k in indexes if self._states[k].retry_at > now]
+        return min(waits) if waits else None
 
     def order(self, candidates: list[int], now: float) -> list[int]:
         """Candidates with the available ones first, keeping their relative order."""

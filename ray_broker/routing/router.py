@@ -556,7 +556,8 @@ class Router:
                 state.watches[k] = asyncio.ensure_future(
                     self._fetch(k, receiver_id, name, subq, count, watch_for, hints))
         if state.watches:
-            done, pending = await asyncio.wait(list(state.watches.values()), timeout=watch_for + 1.0,
+            done, pending = await asyncio.wait(list(state.watches.values()),
+                                               timeout=self._watch_bound(hosts, watch_for + 1.0, now),
                                                return_when=asyncio.FIRST_COMPLETED)
             if done and pending and wanted > 1:
                 await asyncio.wait(pending, timeout=GATHER_WINDOW_S)
@@ -587,8 +588,8 @@ class Router:
         name = definition["name"]
         key = name.lower()
         watch_for = min(max(timeout, 0.0), WATCH_TIMEOUT_S)
-        give_up = self.clock() + watch_for + 1.0
         now = self.clock()
+        give_up = now + self._watch_bound(hosts, watch_for + 1.0, now)
         waiting: set[asyncio.Task[bool]] = set()
         for k in hosts:
             if not self.health.available(k, now):
@@ -609,6 +610,13 @@ class Router:
                 return True
         await self.sleep(0.05)
         return False
+
+    def _watch_bound(self, hosts: list[int], longest: float, now: float) -> float:
+        """How long a receive's waits may go on before it looks at its hosts again: `longest`, or
+        less when a host left out for its back-off may be asked again sooner (so a partition that
+        failed once, say a dead actor since replaced, is not passed over for the whole wait)."""
+        retry = self.health.next_retry(hosts, now)
+        return longest if retry is None else min(longest, retry)
 
     async def _watch(self, entity: str, subq: int, session_id: str | None, free_session: bool, k: int,
                      timeout: float) -> bool:

@@ -2,6 +2,7 @@
 stub channel: what one round serves, and what it hands back to the router untouched or in part."""
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ from ray_broker.protocol import MAIN, PEEK_LOCK
 from ray_broker.routing import partition_of
 from ray_broker.routing.immediate import receive_now, send_now
 from ray_broker.routing.planner import spread_start, unkeyed_tag
+from ray_broker.routing.router import Router
 from ray_broker.sku import get_sku
 
 from .test_router import PARTITIONS, Setup, SenderLink, envelopes, key_for, two_cached_and_a_partition_gone
@@ -160,3 +162,22 @@ async def test_a_round_meeting_an_engine_error_puts_what_it_took_back_in_the_cac
     state = setup.router.receiver("r1", "q", MAIN)
     assert [record["sequence_number"] for _, record in state.cache] == cached, "nothing taken is lost"
     assert await setup.router.close_receiver("r1") == 2, "and closing the receiver releases them"
+
+
+async def test_a_partition_that_failed_a_round_is_asked_again_within_the_same_wait() -> None:
+    """A round on this thread meets a partition that does not answer (a dead actor, replaced by
+    the time the router's loop asks); the waiting receive that follows asks it again once its
+    back-off has passed, instead of waiting on the others alone for the whole wait."""
+    setup = Setup()
+    setup.create()
+    router = Router("stub", setup.channel, get_sku("standard"))
+    await router.definition("q")
+    await router.send("q", envelopes(*(Message(f"m{i}", partition_key=key_for(2)) for i in range(3))), 5.0)
+    setup.channel.down.add(2)
+    done = receive_now(router, "r1", "q", MAIN, PEEK_LOCK, None, 10, 0, [])
+    assert done is not None and done.reply["messages"] == []
+    setup.channel.down.discard(2)
+    started = time.monotonic()
+    reply = await router.receive("r1", "q", MAIN, PEEK_LOCK, None, 10, 2.0, 0, [])
+    assert len(reply["messages"]) == 3
+    assert time.monotonic() - started < 1.0
