@@ -12,7 +12,7 @@ import asyncio
 import os
 import time
 import uuid
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 import ray
 
@@ -52,10 +52,6 @@ REPLACE_WAIT_S = 10.0
 REPLACE_POLL_S = 0.05
 CALLER_CHECK_AFTER_S = 0.5
 """A receive that took longer than this (it waited) checks that its caller is still there."""
-ADMIN_OPERATIONS = frozenset({"create_entity", "create_subscription", "update_entity", "delete_entity",
-                              "list_entities", "add_rule", "update_rule", "remove_rule", "runtime", "routing_table",
-                              "partition_failed"})
-"""The management operations a gateway serves itself (data operations go to its router)."""
 MAX_SUBSCRIPTIONS_PER_TOPIC = 2000
 IMMUTABLE_OPTIONS = {"queue": IMMUTABLE_QUEUE_OPTIONS, "topic": IMMUTABLE_TOPIC_OPTIONS,
                      "subscription": IMMUTABLE_SUBSCRIPTION_OPTIONS}
@@ -106,6 +102,14 @@ class Gateway:
         self.count = config.partition_count
         self.handles = GatewayHandles(config)
         self.router = Router(config.name, RayChannel(self.count, self.handles), self.sku)
+        self.operations: dict[str, Callable[..., Awaitable[Any]]] = {
+            "create_entity": self.create_entity, "create_subscription": self.create_subscription,
+            "update_entity": self.update_entity, "delete_entity": self.delete_entity,
+            "list_entities": self.list_entities, "add_rule": self.add_rule, "update_rule": self.update_rule,
+            "remove_rule": self.remove_rule, "runtime": self.runtime, "routing_table": self.routing_table,
+            "partition_failed": self.partition_failed,
+        }
+        """The management operations the gateway serves itself, by name (data operations go to its router)."""
 
     # ------------------------------------------------------------------ routing table
 
@@ -120,7 +124,7 @@ class Gateway:
             raise InvalidOperationError(f"partition {index} does not exist in namespace {self.config.name!r}")
         if self.handles.epochs[index] == epoch:
             try:
-                await self.router.call_one(index, "list_entities")
+                await self.router.reach.call_one(index, "list_entities")
             except PartitionUnavailable:
                 pass
         return self.handles.table()
@@ -176,7 +180,7 @@ class Gateway:
 
     async def _check_new(self, name: str) -> list[dict[str, Any]]:
         """Every entity, after checking that none is named `name`."""
-        existing: list[dict[str, Any]] = await self.router.any("list_entities")
+        existing: list[dict[str, Any]] = await self.router.reach.any("list_entities")
         clash = next((d for d in existing if d["name"].lower() == name.lower()), None)
         if clash is not None:
             raise MessagingEntityAlreadyExistsError(
@@ -187,14 +191,14 @@ class Gateway:
         await self._check_forwarding(definition["name"], definition["options"])
         now = time.time()
         definition = {**definition, "incarnation": uuid.uuid4().hex, "created_at": now, "updated_at": now}
-        await self.router.everywhere("create_entity", definition, deadline=time.monotonic() + timeout,
+        await self.router.reach.everywhere("create_entity", definition, deadline=time.monotonic() + timeout,
                                      entity=definition["name"])
-        self.router.remember(definition)
+        self.router.definitions.remember(definition)
         return definition
 
     async def _definition_of(self, name: str, kind: str) -> dict[str, Any]:
         """A fresh definition of an entity of `kind` (`MessagingEntityNotFoundError` for another kind)."""
-        definition = await self.router.definition(name, fresh=True)
+        definition = await self.router.definitions.get(name, fresh=True)
         if definition["kind"] != kind:
             raise MessagingEntityNotFoundError(f"{name!r} is a {definition['kind']}, not a {kind}", entity=name)
         return definition
@@ -220,7 +224,7 @@ class Gateway:
             if target.lower() == name.lower():
                 raise InvalidOperationError(f"{name!r} cannot forward to itself; choose another {option}", entity=name)
             try:
-                destination = await self.router.definition(target, fresh=True)
+                destination = await self.router.definitions.get(target, fresh=True)
             except MessagingEntityNotFoundError:
                 raise MessagingEntityNotFoundError(
                     f"{option} of {name!r} names {target!r}, which does not exist in namespace "
@@ -231,7 +235,7 @@ class Gateway:
 
     async def update_entity(self, name: str, changes: dict[str, Any], timeout: float) -> dict[str, Any]:
         """Change an entity's settings on every partition."""
-        current = await self.router.definition(name, fresh=True)
+        current = await self.router.definitions.get(name, fresh=True)
         kind = current["kind"]
         for key in IMMUTABLE_OPTIONS[kind]:
             if key in changes and changes[key] != current["options"][key]:
@@ -248,8 +252,8 @@ class Gateway:
         self._check_features(name, options)
         await self._check_forwarding(current["name"], options)
         definition = {**current, "options": options, "updated_at": time.time()}
-        await self.router.everywhere("update_entity", definition, deadline=time.monotonic() + timeout, entity=name)
-        self.router.remember(definition)
+        await self.router.reach.everywhere("update_entity", definition, deadline=time.monotonic() + timeout, entity=name)
+        self.router.definitions.remember(definition)
         return definition
 
     async def add_rule(self, subscription: str, rule: dict[str, Any], timeout: float) -> dict[str, Any]:
@@ -260,9 +264,9 @@ class Gateway:
             raise MessagingEntityAlreadyExistsError(
                 f"subscription {definition['name']!r} already has a rule named {rule['name']!r}; delete it first or "
                 "choose another name", entity=definition["name"])
-        await self.router.everywhere("add_rule", definition["name"], rule, deadline=time.monotonic() + timeout,
+        await self.router.reach.everywhere("add_rule", definition["name"], rule, deadline=time.monotonic() + timeout,
                                      entity=definition["name"])
-        self.router.forget(definition["name"])
+        self.router.definitions.forget(definition["name"])
         return rule
 
     async def update_rule(self, subscription: str, rule: dict[str, Any], timeout: float) -> dict[str, Any]:
@@ -276,9 +280,9 @@ class Gateway:
                 f"subscription {definition['name']!r} has no rule named {rule['name']!r}; create it with create_rule",
                 entity=definition["name"])
         rule = {**current, "filter": rule["filter"], "action": rule["action"]}
-        await self.router.everywhere("update_rule", definition["name"], rule, deadline=time.monotonic() + timeout,
+        await self.router.reach.everywhere("update_rule", definition["name"], rule, deadline=time.monotonic() + timeout,
                                      entity=definition["name"])
-        self.router.forget(definition["name"])
+        self.router.definitions.forget(definition["name"])
         return rule
 
     async def remove_rule(self, subscription: str, name: str, timeout: float) -> None:
@@ -287,35 +291,35 @@ class Gateway:
         if not any(r["name"].lower() == name.lower() for r in definition.get("rules", ())):
             raise MessagingEntityNotFoundError(f"subscription {definition['name']!r} has no rule named {name!r}",
                                                entity=definition["name"])
-        await self.router.everywhere("remove_rule", definition["name"], name, deadline=time.monotonic() + timeout,
+        await self.router.reach.everywhere("remove_rule", definition["name"], name, deadline=time.monotonic() + timeout,
                                      entity=definition["name"])
-        self.router.forget(definition["name"])
+        self.router.definitions.forget(definition["name"])
 
     async def delete_entity(self, name: str, timeout: float) -> None:
         """Delete an entity and its messages on every partition (a topic's subscriptions with it)."""
-        await self.router.definition(name, fresh=True)
-        await self.router.everywhere("delete_entity", name, deadline=time.monotonic() + timeout, entity=name)
-        self.router.forget(name)
-        self.router.forget_subscriptions(name)
+        await self.router.definitions.get(name, fresh=True)
+        await self.router.reach.everywhere("delete_entity", name, deadline=time.monotonic() + timeout, entity=name)
+        self.router.definitions.forget(name)
+        self.router.definitions.forget_subscriptions(name)
 
     async def list_entities(self, kind: str) -> list[dict[str, Any]]:
         """Every entity of one kind, in name order."""
-        return [d for d in await self.router.any("list_entities") if d["kind"] == kind]
+        return [d for d in await self.router.reach.any("list_entities") if d["kind"] == kind]
 
     async def runtime(self, name: str) -> dict[str, Any]:
         """Per-partition counts (None where a partition did not answer) and the definition."""
-        definition = await self.router.definition(name)
+        definition = await self.router.definitions.get(name)
         hosts = planner.hosts(definition, self.count)
 
         async def one(k: int) -> Any:
             epoch = self.handles.epochs[k]
             try:
-                return await self.router.call_one(k, "runtime", name)
+                return await self.router.reach.call_one(k, "runtime", name)
             except PartitionUnavailable:
                 if self.handles.epochs[k] == epoch:
                     return None
             try:  # the call found the partition's actor dead for good and made it again: ask the new one
-                return await self.router.call_one(k, "runtime", name)
+                return await self.router.reach.call_one(k, "runtime", name)
             except PartitionUnavailable:
                 return None
 
@@ -338,7 +342,7 @@ class GatewayActor:
     async def _sweep_loop(self) -> None:
         while True:
             await asyncio.sleep(SWEEP_INTERVAL_S)
-            await self.gateway.router.sweep_idle_receivers()
+            await self.gateway.router.receives.sweep_idle_receivers()
 
     async def config(self) -> dict[str, Any]:
         """The namespace configuration."""
@@ -352,15 +356,17 @@ class GatewayActor:
         self._ensure_sweeper()
         if operation in DATA_OPERATIONS:
             started = time.monotonic()
-            result = await getattr(self.gateway.router, operation)(*args)
+            result = await self.gateway.router.run(operation, *args)
             if (operation == "receive" and result["messages"] and time.monotonic() - started > CALLER_CHECK_AFTER_S
                     and await caller_gone_async(caller)):
                 receiver_id, entity, subq, mode, session = args[:5]
-                return await self.gateway.router.receiver_gone(receiver_id, entity, subq, mode, session, result)
+                return await self.gateway.router.receives.receiver_gone(receiver_id, entity, subq, mode, session, result)
             return result
-        if operation in ADMIN_OPERATIONS:
-            return await getattr(self.gateway, operation)(*args)
-        raise AttributeError(f"gateway has no operation {operation!r}")
+        admin = self.gateway.operations.get(operation)
+        if admin is None:
+            raise InvalidOperationError(f"the gateway has no operation {operation!r}; expected one of "
+                                        f"{', '.join(DATA_OPERATIONS + tuple(self.gateway.operations))}")
+        return await admin(*args)
 
     async def pid(self) -> int:
         """The process id (for operators and failure tests)."""

@@ -140,13 +140,13 @@ class DirectLink:
         if operation in DATA_OPERATIONS:
             router = self.router()
             await self.handles.load()
-            return await getattr(router, operation)(*args)
+            return await router.run(operation, *args)
         result = await self.gateway.call_async(operation, *args, timeout=timeout)
         for router in list(self._routers.values()):
             if operation in _ENTITY_CHANGES:
-                router.remember(result)
+                router.definitions.remember(result)
             elif operation == "delete_entity":
-                router.forget(args[0])
+                router.definitions.forget(args[0])
         return result
 
     def _timed_out(self, operation: str, timeout: float) -> OperationTimeoutError:

@@ -73,7 +73,7 @@ class Forwarder:
             if transfer is None:
                 break
             try:
-                await self.router.send(transfer["destination"], transfer["envelopes"], FORWARD_TIMEOUT_S,
+                await self.router.sends.send(transfer["destination"], transfer["envelopes"], FORWARD_TIMEOUT_S,
                                        (f"forwarder:{self.index}", transfer["id"]))
             except NEVER_DELIVERABLE as exc:
                 reason = type(exc).__name__.removesuffix("Error")

@@ -48,6 +48,8 @@ class ReceiverState:
     last_used: float = field(default_factory=time.monotonic)
     watches: dict[int, Watch] = field(default_factory=dict)
     """Waiting receives under way, by partition; what they bring goes to the cache."""
+    busy: int = 0
+    """Receives of it under way on the router's loop (while any is, the caller's thread runs no round of it)."""
     closed: bool = False
     """Set when the receiver closes: receives of it still under way start no more waits and hand
     out nothing."""
@@ -79,3 +81,20 @@ class ReceiverState:
     def highest_sequence(self, floor: int) -> int:
         """The highest sequence number cached, or `floor` (sessions resume after what they have seen)."""
         return max([floor] + [r["sequence_number"] for _, r in self.cache])
+
+
+class Hints:
+    """Which partitions are known to hold messages of an entity's sub-queue (or of one session):
+    a partition missing from an entity's map may hold some. Sends and releases mark partitions
+    as holding; receives that find nothing, as empty."""
+
+    def __init__(self) -> None:
+        self._known: dict[tuple[str, int, str | None], dict[int, bool]] = {}
+
+    def of(self, entity: str, subq: int, session_id: str | None) -> dict[int, bool]:
+        """The map of `entity`'s sub-queue (or session), partition -> holds messages (made on first use)."""
+        return self._known.setdefault((entity.lower(), subq, session_id), {})
+
+    def mark(self, entity: str, subq: int, session_id: str | None, partitions: Iterable[int], holds: bool) -> None:
+        """Mark `partitions` as holding messages of the sub-queue (or session), or as empty."""
+        self.of(entity, subq, session_id).update(dict.fromkeys(partitions, holds))

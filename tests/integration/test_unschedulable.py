@@ -76,13 +76,13 @@ def test_sends_pass_over_an_unschedulable_partition(stranded: tuple[rb.Namespace
     producer = next(("p", n) for n in range(100) if planner.spread_start(("p", n), ns.partition_count) == 0)
 
     async def sends() -> list[list[int | None]]:
-        await router.definition("q")
+        await router.definitions.get("q")
         assert send_now(router, "q", envelopes, 10.0, producer) is None, "handed to the router, not raised"
-        return [await router.send("q", envelopes, timeout=30.0) for _ in range(6)]
+        return [await router.sends.send("q", envelopes, timeout=30.0) for _ in range(6)]
 
     for seqs in asyncio.run(sends()):
         assert seqs and all(seq is not None and rb.partition_of(seq) == 1 for seq in seqs)
     key = next(f"k{i}" for i in range(1000) if partition_for_key(f"k{i}", ns.partition_count) == 0)
     with pytest.raises(PartitionUnavailableError) as caught:
-        asyncio.run(router.send("q", [rb.Message("keyed", partition_key=key).to_envelope()], timeout=2.0))
+        asyncio.run(router.sends.send("q", [rb.Message("keyed", partition_key=key).to_envelope()], timeout=2.0))
     assert caught.value.partition == 0

@@ -40,7 +40,7 @@ async def test_keyed_messages_land_where_their_key_selects() -> None:
     create(setup, "dst")
     create(setup, "src", forward_to="dst")
     keys = [f"key-{i}" for i in range(12)]
-    await setup.router.send("src", envelopes(*(Message(k, partition_key=k) for k in keys)), timeout=5)
+    await setup.router.sends.send("src", envelopes(*(Message(k, partition_key=k) for k in keys)), timeout=5)
     assert await forward_all(setup) == 12
     for key in keys:
         index = partition_for_key(key, PARTITIONS)
@@ -54,7 +54,7 @@ async def test_a_lost_reply_does_not_duplicate_the_batch() -> None:
     setup = Setup()
     create(setup, "dst")
     create(setup, "src", forward_to="dst")
-    await setup.router.send("src", envelopes(*(Message(str(i)) for i in range(5))), timeout=5)
+    await setup.router.sends.send("src", envelopes(*(Message(str(i)) for i in range(5))), timeout=5)
     source = next(k for k, e in enumerate(setup.channel.engines) if e.runtime("src")["transfer"])
     forwarder = Forwarder(source, setup.channel.engines[source], setup.router)
     transfer = setup.channel.engines[source].take_transfer(10)
@@ -70,7 +70,7 @@ async def test_an_unavailable_destination_keeps_the_batch_waiting() -> None:
     create(setup, "dst")
     create(setup, "src", forward_to="dst")
     key = next(f"k{i}" for i in range(100) if partition_for_key(f"k{i}", PARTITIONS) == 1)
-    await setup.router.send("src", envelopes(Message("a", partition_key=key)), timeout=5)
+    await setup.router.sends.send("src", envelopes(Message("a", partition_key=key)), timeout=5)
     setup.channel.down.add(1)
     with pytest.raises(PartitionUnavailableError):
         await Forwarder(1, setup.channel.engines[1], setup.router).forward_pending()
@@ -84,7 +84,7 @@ async def test_a_destination_that_is_gone_dead_letters_the_batch() -> None:
     setup = Setup()
     create(setup, "dst")
     create(setup, "src", forward_to="dst")
-    await setup.router.send("src", envelopes(Message("a", partition_key="k")), timeout=5)
+    await setup.router.sends.send("src", envelopes(Message("a", partition_key="k")), timeout=5)
     for engine in setup.channel.engines:
         engine.delete_entity("dst")
     assert await forward_all(setup) == 0
@@ -100,7 +100,7 @@ async def test_a_chain_dead_letters_at_the_fifth_hop() -> None:
     create(setup, "f")
     for name, nxt in reversed(list(zip(names, names[1:]))):
         create(setup, name, forward_to=nxt)
-    await setup.router.send("a", envelopes(Message("hop", partition_key="k")), timeout=5)
+    await setup.router.sends.send("a", envelopes(Message("hop", partition_key="k")), timeout=5)
     for _ in range(6):
         await forward_all(setup)
     index = partition_for_key("k", PARTITIONS)
@@ -114,7 +114,7 @@ async def test_dead_lettered_messages_follow_their_forwarding() -> None:
     setup = Setup()
     create(setup, "poison")
     create(setup, "work", forward_dead_lettered_messages_to="poison", max_delivery_count=1)
-    await setup.router.send("work", envelopes(Message("bad", partition_key="k")), timeout=5)
+    await setup.router.sends.send("work", envelopes(Message("bad", partition_key="k")), timeout=5)
     index = partition_for_key("k", PARTITIONS)
     engine = setup.channel.engines[index]
     (record,) = engine.receive("work", 0, 1)["messages"]

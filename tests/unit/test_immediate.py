@@ -27,13 +27,13 @@ NEXT_TAG = ("sender-1", 1)
 async def ready(setup: Setup, name: str = "q", **options: Any) -> Setup:
     """An entity created on every engine and its definition in the router's cache."""
     setup.create(name, **options)
-    await setup.router.definition(name)
+    await setup.router.definitions.get(name)
     return setup
 
 
 def know_only(setup: Setup, partition: int) -> None:
     """Tell the router that `partition` alone holds messages of "q"."""
-    hints = setup.router.hints(setup.router.cached_definition("q"), MAIN, None)  # type: ignore[arg-type]
+    hints = setup.router.hints.of("q", MAIN, None)
     hints.update({k: k == partition for k in range(PARTITIONS)})
 
 
@@ -68,7 +68,7 @@ async def test_a_retry_through_the_router_after_a_lost_reply_stores_nothing_twic
     setup.channel.lost_replies.add(start)
     batch = envelopes(*[Message(str(i)) for i in range(3)])
     assert send_now(setup.router, "q", batch, 5.0, TAG) is None, "the lost reply hands the send back"
-    seqs = await setup.router.send("q", batch, 5.0, TAG)
+    seqs = await setup.router.sends.send("q", batch, 5.0, TAG)
     assert setup.counts() == [3 if k == start else 0 for k in range(PARTITIONS)]
     assert sorted(seqs) == seqs and len(set(seqs)) == 3  # type: ignore[type-var]
 
@@ -77,7 +77,7 @@ async def test_sends_it_cannot_make_in_one_call_are_handed_back_untouched() -> N
     setup = Setup()
     setup.create()
     assert send_now(setup.router, "q", envelopes(Message("a")), 5.0, TAG) is None, "no cached definition"
-    await setup.router.definition("q")
+    await setup.router.definitions.get("q")
     assert send_now(setup.router, "q", envelopes(Message("a")), 5.0, None) is None, "untagged"
     split = envelopes(Message("a", partition_key=key_for(0)), Message("b", partition_key=key_for(1)))
     assert send_now(setup.router, "q", split, 5.0, TAG) is None, "two partitions"
@@ -119,7 +119,7 @@ async def test_a_receive_takes_what_a_known_partition_holds_and_carries_the_sett
 
 async def test_a_receive_with_nothing_known_is_handed_back_untouched() -> None:
     setup = await ready(Setup())
-    hints = setup.router.hints(setup.router.cached_definition("q"), MAIN, None)  # type: ignore[arg-type]
+    hints = setup.router.hints.of("q", MAIN, None)
     hints.update(dict.fromkeys(range(PARTITIONS), False))
     assert receive_now(setup.router, "r1", "q", MAIN, PEEK_LOCK, None, 5, 0, []) is None
     assert not any(op == "receive" for _, op in setup.channel.calls)
@@ -147,7 +147,7 @@ async def test_settlements_for_a_partition_that_does_not_answer_are_left_for_the
     assert done is not None and not done.complete and done.rest == [0, 1, 2]
     assert [m["partition"] for m in done.reply["messages"]] == [(start + 1) % PARTITIONS]
     setup.channel.down.discard(start)
-    later = await setup.router.receive("r1", "q", MAIN, PEEK_LOCK, None, 0, 0.0, 0,
+    later = await setup.router.receives.receive("r1", "q", MAIN, PEEK_LOCK, None, 0, 0.0, 0,
                                        [completes(got.reply)[i] for i in done.rest])
     merged = done.merged(later)
     assert merged["settled"] == [None, None, None] and setup.counts()[start] == 0
@@ -159,9 +159,9 @@ async def test_a_round_meeting_an_engine_error_puts_what_it_took_back_in_the_cac
     cached = await two_cached_and_a_partition_gone(setup)
     with pytest.raises(MessagingEntityNotFoundError):
         receive_now(setup.router, "r1", "q", MAIN, PEEK_LOCK, None, 5, 0, [])
-    state = setup.router.receiver("r1", "q", MAIN)
+    state = setup.router.receives.receiver("r1", "q", MAIN)
     assert [record["sequence_number"] for _, record in state.cache] == cached, "nothing taken is lost"
-    assert await setup.router.close_receiver("r1") == 2, "and closing the receiver releases them"
+    assert await setup.router.receives.close_receiver("r1") == 2, "and closing the receiver releases them"
 
 
 async def test_a_partition_that_failed_a_round_is_asked_again_within_the_same_wait() -> None:
@@ -171,13 +171,13 @@ async def test_a_partition_that_failed_a_round_is_asked_again_within_the_same_wa
     setup = Setup()
     setup.create()
     router = Router("stub", setup.channel, get_sku("standard"))
-    await router.definition("q")
-    await router.send("q", envelopes(*(Message(f"m{i}", partition_key=key_for(2)) for i in range(3))), 5.0)
+    await router.definitions.get("q")
+    await router.sends.send("q", envelopes(*(Message(f"m{i}", partition_key=key_for(2)) for i in range(3))), 5.0)
     setup.channel.down.add(2)
     done = receive_now(router, "r1", "q", MAIN, PEEK_LOCK, None, 10, 0, [])
     assert done is not None and done.reply["messages"] == []
     setup.channel.down.discard(2)
     started = time.monotonic()
-    reply = await router.receive("r1", "q", MAIN, PEEK_LOCK, None, 10, 2.0, 0, [])
+    reply = await router.receives.receive("r1", "q", MAIN, PEEK_LOCK, None, 10, 2.0, 0, [])
     assert len(reply["messages"]) == 3
     assert time.monotonic() - started < 1.0

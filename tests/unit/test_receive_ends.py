@@ -15,10 +15,10 @@ from .test_router import Setup, envelopes
 
 async def _waiting(setup: Setup, receiver_id: str) -> asyncio.Task[dict[str, Any]]:
     """A receive of one message that waits (the queue is empty), once its waits are under way."""
-    task = asyncio.ensure_future(setup.router.receive(receiver_id, "q", MAIN, PEEK_LOCK, None, 1, 30.0, 0, []))
+    task = asyncio.ensure_future(setup.router.receives.receive(receiver_id, "q", MAIN, PEEK_LOCK, None, 1, 30.0, 0, []))
     for _ in range(100):
         await asyncio.sleep(0.01)
-        state = setup.router._receivers.get(receiver_id)
+        state = setup.router.receives._receivers.get(receiver_id)
         if state is not None and state.watches:
             return task
     raise AssertionError("the receive never started waiting")
@@ -26,8 +26,8 @@ async def _waiting(setup: Setup, receiver_id: str) -> asyncio.Task[dict[str, Any
 
 async def _next_delivery_counts(setup: Setup) -> list[int]:
     """Send one message, then what a new receiver gets of it (its delivery counts)."""
-    await setup.router.send("q", envelopes(Message("next")), 5.0)
-    reply = await asyncio.wait_for(setup.router.receive("fresh", "q", MAIN, PEEK_LOCK, None, 1, 5.0, 0, []), 5.0)
+    await setup.router.sends.send("q", envelopes(Message("next")), 5.0)
+    reply = await asyncio.wait_for(setup.router.receives.receive("fresh", "q", MAIN, PEEK_LOCK, None, 1, 5.0, 0, []), 5.0)
     return [r["delivery_count"] for r in reply["messages"]]
 
 
@@ -47,7 +47,7 @@ async def test_closing_a_receiver_while_its_receive_waits_ends_that_receive_with
     setup = Setup()
     setup.create()
     task = await _waiting(setup, "closing")
-    assert await setup.router.close_receiver("closing") == 0
+    assert await setup.router.receives.close_receiver("closing") == 0
     reply = await asyncio.wait_for(task, 2.0)
     assert reply["messages"] == []
     assert await _next_delivery_counts(setup) == [1]
@@ -61,17 +61,17 @@ async def test_closing_while_the_receive_harvests_its_ended_waits_does_not_fail(
     task = await _waiting(setup, "racing")
     for k in range(4):
         await setup.channel.end_waits(k, "racing")
-    assert await setup.router.close_receiver("racing") == 0
+    assert await setup.router.receives.close_receiver("racing") == 0
     assert (await asyncio.wait_for(task, 2.0))["messages"] == []
 
 
 async def test_a_reply_whose_receiver_is_gone_is_released_uncounted_and_the_receiver_closed() -> None:
     setup = Setup()
     setup.create()
-    await setup.router.send("q", envelopes(Message("only")), 5.0)
-    reply = await setup.router.receive("dead", "q", MAIN, PEEK_LOCK, None, 1, 1.0, 0, [])
+    await setup.router.sends.send("q", envelopes(Message("only")), 5.0)
+    reply = await setup.router.receives.receive("dead", "q", MAIN, PEEK_LOCK, None, 1, 1.0, 0, [])
     assert len(reply["messages"]) == 1
-    left = await setup.router.receiver_gone("dead", "q", MAIN, PEEK_LOCK, None, reply)
-    assert left["messages"] == [] and "dead" not in setup.router._receivers
-    again = await setup.router.receive("fresh", "q", MAIN, PEEK_LOCK, None, 1, 1.0, 0, [])
+    left = await setup.router.receives.receiver_gone("dead", "q", MAIN, PEEK_LOCK, None, reply)
+    assert left["messages"] == [] and "dead" not in setup.router.receives._receivers
+    again = await setup.router.receives.receive("fresh", "q", MAIN, PEEK_LOCK, None, 1, 1.0, 0, [])
     assert [r["delivery_count"] for r in again["messages"]] == [1]

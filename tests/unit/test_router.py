@@ -22,7 +22,9 @@ from ray_broker.protocol import MAIN, PEEK_LOCK
 from ray_broker.routing import make_sequence_number, partition_for_key, partition_of
 from ray_broker.routing.planner import batch_number, next_run, spread_start
 from ray_broker.routing.health import AWAY_BACKOFF
-from ray_broker.routing.router import ATTEMPT_TIMEOUT_S, UNKEYED_SETTLE_S, Router
+from ray_broker.routing.reaching import ATTEMPT_TIMEOUT_S
+from ray_broker.routing.router import Router
+from ray_broker.routing.sending import UNKEYED_SETTLE_S
 from ray_broker.sku import get_sku
 
 from .conftest import queue_definition
@@ -70,7 +72,7 @@ async def test_keyed_sends_wait_for_their_partition_until_the_deadline() -> None
     setup.create()
     setup.channel.down.add(2)
     with pytest.raises(PartitionUnavailableError) as failed:
-        await setup.router.send("q", envelopes(Message("a", partition_key=key_for(2))), timeout=3.0)
+        await setup.router.sends.send("q", envelopes(Message("a", partition_key=key_for(2))), timeout=3.0)
     assert failed.value.partition == 2
     assert sum(setup.slept) <= 3.0 and len(setup.slept) >= 4, "retried with back-off until the deadline"
     assert setup.counts() == [0, 0, 0, 0], "never placed on another partition"
@@ -87,7 +89,7 @@ async def test_a_keyed_send_succeeds_when_its_partition_comes_back_in_time() -> 
         setup.channel.down.discard(1)
 
     _, seqs = await asyncio.gather(back_later(),
-                                   setup.router.send("q", envelopes(Message("a", partition_key=key_for(1))), 60.0))
+                                   setup.router.sends.send("q", envelopes(Message("a", partition_key=key_for(1))), 60.0))
     assert partition_of(seqs[0]) == 1 and setup.counts() == [0, 1, 0, 0]
 
 
@@ -95,7 +97,7 @@ async def test_an_unkeyed_batch_moves_to_another_partition_as_one_batch() -> Non
     setup = Setup()
     setup.create()
     setup.channel.down.update({0, 1, 2})
-    seqs = await setup.router.send("q", envelopes(*(Message(f"m{i}") for i in range(10))), timeout=5.0)
+    seqs = await setup.router.sends.send("q", envelopes(*(Message(f"m{i}") for i in range(10))), timeout=5.0)
     assert {partition_of(s) for s in seqs} == {3}
     assert setup.counts() == [0, 0, 0, 10]
     assert setup.channel.calls[(3, "send")] == 1
@@ -105,10 +107,10 @@ async def test_a_waiting_receive_wakes_with_the_message() -> None:
     setup = Setup()
     setup.create()
     receiving = asyncio.ensure_future(
-        setup.router.receive("r1", "q", MAIN, PEEK_LOCK, None, 1, 5.0, 0, []))
+        setup.router.receives.receive("r1", "q", MAIN, PEEK_LOCK, None, 1, 5.0, 0, []))
     await asyncio.sleep(0.05)
     assert not receiving.done()
-    await setup.router.send("q", envelopes(Message("hello", partition_key=key_for(3))), timeout=5.0)
+    await setup.router.sends.send("q", envelopes(Message("hello", partition_key=key_for(3))), timeout=5.0)
     reply = await asyncio.wait_for(receiving, 2.0)
     assert [r["partition"] for r in reply["messages"]] == [3]
     assert setup.channel.calls[(3, "receive_waiting")] >= 1, "the wake-up carried the message"
@@ -117,11 +119,11 @@ async def test_a_waiting_receive_wakes_with_the_message() -> None:
 async def test_settlements_ride_on_the_next_receive() -> None:
     setup = Setup()
     setup.create()
-    await setup.router.send("q", envelopes(*(Message(f"m{i}", partition_key=key_for(0)) for i in range(4))), 5.0)
-    first = await setup.router.receive("r1", "q", MAIN, PEEK_LOCK, None, 2, 1.0, 0, [])
+    await setup.router.sends.send("q", envelopes(*(Message(f"m{i}", partition_key=key_for(0)) for i in range(4))), 5.0)
+    first = await setup.router.receives.receive("r1", "q", MAIN, PEEK_LOCK, None, 2, 1.0, 0, [])
     ops = [["complete", r["sequence_number"], r["lock_token"], None, None] for r in first["messages"]]
     calls_before = setup.channel.calls[(0, "settle")]
-    second = await setup.router.receive("r1", "q", MAIN, PEEK_LOCK, None, 2, 1.0, 0, ops)
+    second = await setup.router.receives.receive("r1", "q", MAIN, PEEK_LOCK, None, 2, 1.0, 0, ops)
     assert second["settled"] == [None, None] and len(second["messages"]) == 2
     assert setup.channel.calls[(0, "settle")] == calls_before + 1
     assert setup.counts()[0] == 2
@@ -131,8 +133,8 @@ async def test_a_receive_gathers_from_every_partition_in_one_call() -> None:
     setup = Setup()
     setup.create()
     for i in range(12):
-        await setup.router.send("q", envelopes(Message(f"m{i}", partition_key=key_for(i % PARTITIONS))), 5.0)
-    reply = await setup.router.receive("fresh", "q", MAIN, PEEK_LOCK, None, 10, 1.0, 0, [])
+        await setup.router.sends.send("q", envelopes(Message(f"m{i}", partition_key=key_for(i % PARTITIONS))), 5.0)
+    reply = await setup.router.receives.receive("fresh", "q", MAIN, PEEK_LOCK, None, 10, 1.0, 0, [])
     assert len(reply["messages"]) == 10
     assert {r["partition"] for r in reply["messages"]} == set(range(PARTITIONS))
 
@@ -141,28 +143,28 @@ async def test_a_receiver_with_a_share_of_the_partitions_takes_messages_only_fro
     setup = Setup()
     setup.create()
     for i in range(12):
-        await setup.router.send("q", envelopes(Message(f"m{i}", partition_key=key_for(i % PARTITIONS))), 5.0)
-    mine = await setup.router.receive("mine", "q", MAIN, PEEK_LOCK, None, 10, 0.0, 0, [], [1, 3])
+        await setup.router.sends.send("q", envelopes(Message(f"m{i}", partition_key=key_for(i % PARTITIONS))), 5.0)
+    mine = await setup.router.receives.receive("mine", "q", MAIN, PEEK_LOCK, None, 10, 0.0, 0, [], [1, 3])
     assert sorted(partition_of(r["sequence_number"]) for r in mine["messages"]) == [1, 1, 1, 3, 3, 3]
     assert setup.channel.calls[(0, "receive")] == setup.channel.calls[(2, "receive")] == 0
-    rest = await setup.router.receive("rest", "q", MAIN, PEEK_LOCK, None, 10, 0.0, 0, [], [0, 2])
+    rest = await setup.router.receives.receive("rest", "q", MAIN, PEEK_LOCK, None, 10, 0.0, 0, [], [0, 2])
     assert sorted(partition_of(r["sequence_number"]) for r in rest["messages"]) == [0, 0, 0, 2, 2, 2]
-    lone = setup.router.receive_hosts(queue_definition("lone"), None, [0])
-    assert lone == setup.router.receive_hosts(queue_definition("lone"), None)
-    assert setup.router.receive_hosts(queue_definition("lone"), None, [1]) == []
+    lone = setup.router.receives.receive_hosts(queue_definition("lone"), None, [0])
+    assert lone == setup.router.receives.receive_hosts(queue_definition("lone"), None)
+    assert setup.router.receives.receive_hosts(queue_definition("lone"), None, [1]) == []
 
 
 async def test_a_peek_with_an_end_asks_only_the_partitions_holding_its_range() -> None:
     setup = Setup()
     setup.create()
     for i in range(12):
-        await setup.router.send("q", envelopes(Message(f"m{i}", partition_key=key_for(i % PARTITIONS))), 5.0)
+        await setup.router.sends.send("q", envelopes(Message(f"m{i}", partition_key=key_for(i % PARTITIONS))), 5.0)
     end = setup.channel.engines[1].runtime("q")["next_sequence"]
-    await setup.router.send("q", envelopes(Message("late", partition_key=key_for(1))), 5.0)
-    peeked = await setup.router.peek("q", MAIN, None, make_sequence_number(1, 0), 10, end)
+    await setup.router.sends.send("q", envelopes(Message("late", partition_key=key_for(1))), 5.0)
+    peeked = await setup.router.receives.peek("q", MAIN, None, make_sequence_number(1, 0), 10, end)
     assert [partition_of(r["sequence_number"]) for r in peeked] == [1, 1, 1]
     assert [setup.channel.calls[(k, "peek")] for k in range(PARTITIONS)] == [0, 1, 0, 0]
-    everything = await setup.router.peek("q", MAIN, None, make_sequence_number(1, 0), 100)
+    everything = await setup.router.receives.peek("q", MAIN, None, make_sequence_number(1, 0), 100)
     assert len(everything) == 10
     assert [setup.channel.calls[(k, "peek")] for k in range(PARTITIONS)] == [0, 2, 1, 1]
 
@@ -170,12 +172,12 @@ async def test_a_peek_with_an_end_asks_only_the_partitions_holding_its_range() -
 async def test_closing_releases_prefetched_messages_without_counting_a_delivery() -> None:
     setup = Setup()
     setup.create()
-    await setup.router.send("q", envelopes(*(Message(f"m{i}", partition_key=key_for(2)) for i in range(5))), 5.0)
-    reply = await setup.router.receive("r1", "q", MAIN, PEEK_LOCK, None, 1, 1.0, 4, [])
+    await setup.router.sends.send("q", envelopes(*(Message(f"m{i}", partition_key=key_for(2)) for i in range(5))), 5.0)
+    reply = await setup.router.receives.receive("r1", "q", MAIN, PEEK_LOCK, None, 1, 1.0, 4, [])
     assert len(reply["messages"]) == 1
-    assert await setup.router.close_receiver("r1") == 4
-    assert setup.router._hints[("q", MAIN, None)][2] is True, "released messages make their partition ready"
-    again = await setup.router.receive("r2", "q", MAIN, PEEK_LOCK, None, 10, 1.0, 0, [])
+    assert await setup.router.receives.close_receiver("r1") == 4
+    assert setup.router.hints.of("q", MAIN, None)[2] is True, "released messages make their partition ready"
+    again = await setup.router.receives.receive("r2", "q", MAIN, PEEK_LOCK, None, 10, 1.0, 0, [])
     assert sorted(r["delivery_count"] for r in again["messages"]) == [1, 1, 1, 1]
 
 
@@ -183,9 +185,9 @@ async def test_keyed_and_unkeyed_parts_of_one_tagged_send_on_one_partition_are_b
     setup = Setup(partitions=1)
     setup.create()
     batch = envelopes(Message("keyed", partition_key="k"), Message("free"), Message("keyed too", partition_key="k"))
-    seqs = await setup.router.send("q", batch, 5.0, ("producer", 1))
+    seqs = await setup.router.sends.send("q", batch, 5.0, ("producer", 1))
     assert len(set(seqs)) == 3 and setup.counts() == [3]
-    assert await setup.router.send("q", batch, 5.0, ("producer", 1)) == seqs, "a retry is answered, not stored"
+    assert await setup.router.sends.send("q", batch, 5.0, ("producer", 1)) == seqs, "a retry is answered, not stored"
     assert setup.counts() == [3]
 
 
@@ -196,17 +198,17 @@ async def test_batches_sent_together_take_one_call_per_partition_and_keep_their_
     batches = [(envelopes(*(Message(f"b{b}-{i}", partition_key=keys[i % 2]) for i in range(6))), ("p", b))
                for b in range(3)]
     batches.append((envelopes(*(Message(f"free-{i}") for i in range(4))), ("p", 3)))
-    seqs = await setup.router.send_batches("q", batches, 5.0)
+    seqs = await setup.router.sends.send_batches("q", batches, 5.0)
     assert [len(s) for s in seqs] == [6, 6, 6, 4] and len({s for batch in seqs for s in batch}) == 22
     assert all(partition_of(s) == (1, 3)[i % 2] for batch in seqs[:3] for i, s in enumerate(batch))
     assert len({partition_of(s) for s in seqs[3]}) == 1, "the unkeyed batch went to one partition"
     free = partition_of(seqs[3][0])
     assert [setup.channel.round_trips[k] - (k == free) for k in (1, 3)] == [1, 1], "three batches' shares in one call"
-    again = await setup.router.send_batches("q", batches[1:3] + [(batches[0][0], ("p", 9))], 5.0)
+    again = await setup.router.sends.send_batches("q", batches[1:3] + [(batches[0][0], ("p", 9))], 5.0)
     assert again[:2] == seqs[1:3], "a repeated batch is answered with its first sequence numbers"
     assert not set(again[2]) & set(seqs[0]), "a new tag stores the batch again"
     assert sum(setup.counts()) == 28
-    assert (await setup.router.send("q", batches[0][0], 5.0, ("p", 0))) == seqs[0], "one tag, one batch"
+    assert (await setup.router.sends.send("q", batches[0][0], 5.0, ("p", 0))) == seqs[0], "one tag, one batch"
 
 
 async def test_batches_sent_together_are_all_checked_before_any_is_sent() -> None:
@@ -214,7 +216,7 @@ async def test_batches_sent_together_are_all_checked_before_any_is_sent() -> Non
     setup.create(requires_session=True)
     good = envelopes(Message("a", session_id="s1"))
     with pytest.raises(InvalidOperationError, match="session"):
-        await setup.router.send_batches("q", [(good, ("p", 0)), (envelopes(Message("b")), ("p", 1))], 5.0)
+        await setup.router.sends.send_batches("q", [(good, ("p", 0)), (envelopes(Message("b")), ("p", 1))], 5.0)
     assert setup.counts() == [0, 0, 0, 0]
 
 
@@ -224,7 +226,7 @@ async def test_batches_sent_together_wait_for_a_keyed_partition_that_is_down() -
     setup.channel.down.add(2)
     batch = envelopes(Message("a", partition_key=key_for(2)))
     with pytest.raises(PartitionUnavailableError) as failed:
-        await setup.router.send_batches("q", [(batch, ("p", 0)), (batch, ("p", 1))], timeout=3.0)
+        await setup.router.sends.send_batches("q", [(batch, ("p", 0)), (batch, ("p", 1))], timeout=3.0)
     assert failed.value.partition == 2 and setup.counts() == [0, 0, 0, 0]
 
 
@@ -258,7 +260,7 @@ class SenderLink:
         raise AssertionError(f"only async calls expected, got {operation}")
 
     async def call_async(self, operation: str, *args: Any, timeout: float) -> Any:
-        result = await getattr(self.router, operation)(*args)
+        result = await self.router.run(operation, *args)
         for seqs in result if operation == "send_batches" else [result]:
             self.landed.append({partition_of(s) for s in seqs})
         return result
@@ -325,10 +327,10 @@ def test_sticky_batches_must_be_a_positive_int(bad: Any) -> None:
 async def test_an_unkeyed_batch_whose_reply_was_lost_is_not_stored_again_elsewhere() -> None:
     setup = Setup()
     setup.create()
-    await setup.router.definition("q")
+    await setup.router.definitions.get("q")
     start = spread_start(("p", 5), PARTITIONS)
     setup.channel.lost_replies.add(start)
-    seqs = await setup.router.send("q", envelopes(*(Message(f"m{i}") for i in range(5))), 30.0, ("p", 5))
+    seqs = await setup.router.sends.send("q", envelopes(*(Message(f"m{i}") for i in range(5))), 30.0, ("p", 5))
     assert {partition_of(s) for s in seqs} == {start}
     assert sum(setup.counts()) == 5, "the retry on the same partition was recognized"
 
@@ -338,17 +340,17 @@ async def test_an_unkeyed_batch_moves_on_when_its_partition_stays_away() -> None
     setup.create()
     start = spread_start(("p", 0), PARTITIONS)
     setup.channel.down.add(start)
-    seqs = await setup.router.send("q", envelopes(*(Message(f"m{i}") for i in range(5))), 60.0, ("p", 0))
+    seqs = await setup.router.sends.send("q", envelopes(*(Message(f"m{i}") for i in range(5))), 60.0, ("p", 0))
     assert len({partition_of(s) for s in seqs}) == 1 and partition_of(seqs[0]) != start
     assert UNKEYED_SETTLE_S <= sum(setup.slept) < UNKEYED_SETTLE_S + 2.0, "it kept to its partition for a while"
     tried = setup.channel.calls[(start, "send")]
     for number in range(1, 2 * PARTITIONS):
-        await setup.router.send("q", envelopes(Message("later")), 60.0, ("p", number))
+        await setup.router.sends.send("q", envelopes(Message("later")), 60.0, ("p", number))
     assert setup.channel.calls[(start, "send")] == tried, "a partition that stayed away is passed over for a while"
     setup.clock.advance(AWAY_BACKOFF.initial)
     setup.channel.down.discard(start)
     for number in range(2 * PARTITIONS, 3 * PARTITIONS):
-        await setup.router.send("q", envelopes(Message("back")), 60.0, ("p", number))
+        await setup.router.sends.send("q", envelopes(Message("back")), 60.0, ("p", number))
     assert setup.channel.calls[(start, "send")] > tried, "and used again once the hold is over"
 
 
@@ -366,7 +368,7 @@ async def paced_stream(setup: Setup, batches: int) -> list[float]:
     took = []
     for number in range(batches):
         began = setup.clock.now()
-        seqs = await setup.router.send("q", envelopes(Message(f"m{number}")), 60.0, ("p", number))
+        seqs = await setup.router.sends.send("q", envelopes(Message(f"m{number}")), 60.0, ("p", number))
         assert seqs[0] is not None
         took.append(setup.clock.now() - began)
         setup.clock.advance(0.65)
@@ -378,7 +380,7 @@ async def test_an_unkeyed_batch_refused_unsent_moves_on_at_once() -> None:
     setup.create()
     start = spread_start(("p", 0), PARTITIONS)
     setup.channel.unreachable.add(start)
-    seqs = await setup.router.send("q", envelopes(*(Message(f"m{i}") for i in range(5))), 60.0, ("p", 0))
+    seqs = await setup.router.sends.send("q", envelopes(*(Message(f"m{i}") for i in range(5))), 60.0, ("p", 0))
     assert len({partition_of(s) for s in seqs}) == 1 and partition_of(seqs[0]) != start
     assert sum(setup.slept) == 0, "a call that cannot have reached its partition leaves no doubt to wait out"
     assert sum(setup.counts()) == 5
@@ -419,7 +421,7 @@ async def test_a_lost_partition_that_answers_again_is_held_briefly_again() -> No
     await paced_stream(setup, 8)
     assert all(setup.counts()[k] > 0 for k in lost), "back in use once their hold is over"
     for k in lost:
-        assert setup.router.health.hold_away(k, setup.clock.now()) == AWAY_BACKOFF.initial, "holds start over"
+        assert setup.router.reach.health.hold_away(k, setup.clock.now()) == AWAY_BACKOFF.initial, "holds start over"
 
 
 async def two_cached_and_a_partition_gone(setup: Setup) -> list[int]:
@@ -427,12 +429,12 @@ async def two_cached_and_a_partition_gone(setup: Setup) -> list[int]:
     partition 1 known to hold messages but without the entity any more, so that receiving there
     raises an engine error. Returns the cached messages' sequence numbers."""
     setup.create()
-    await setup.router.send("q", envelopes(*(Message(f"m{i}", partition_key=key_for(0)) for i in range(3))), 5.0)
-    hints = setup.router.hints(await setup.router.definition("q"), MAIN, None)
+    await setup.router.sends.send("q", envelopes(*(Message(f"m{i}", partition_key=key_for(0)) for i in range(3))), 5.0)
+    hints = setup.router.hints.of("q", MAIN, None)
     hints.update({k: k == 0 for k in range(PARTITIONS)})
-    first = await setup.router.receive("r1", "q", MAIN, PEEK_LOCK, None, 1, 0.0, 2, [])
+    first = await setup.router.receives.receive("r1", "q", MAIN, PEEK_LOCK, None, 1, 0.0, 2, [])
     assert len(first["messages"]) == 1
-    cached = [record["sequence_number"] for _, record in setup.router.receiver("r1", "q", MAIN).cache]
+    cached = [record["sequence_number"] for _, record in setup.router.receives.receiver("r1", "q", MAIN).cache]
     assert len(cached) == 2
     hints[1] = True
     setup.channel.engines[1].delete_entity("q")
@@ -443,7 +445,7 @@ async def test_a_receive_meeting_an_engine_error_puts_what_it_took_back_in_the_c
     setup = Setup()
     cached = await two_cached_and_a_partition_gone(setup)
     with pytest.raises(MessagingEntityNotFoundError):
-        await setup.router.receive("r1", "q", MAIN, PEEK_LOCK, None, 5, 0.0, 0, [])
-    state = setup.router.receiver("r1", "q", MAIN)
+        await setup.router.receives.receive("r1", "q", MAIN, PEEK_LOCK, None, 5, 0.0, 0, [])
+    state = setup.router.receives.receiver("r1", "q", MAIN)
     assert [record["sequence_number"] for _, record in state.cache] == cached, "nothing taken is lost"
-    assert await setup.router.close_receiver("r1") == 2, "and closing the receiver releases them"
+    assert await setup.router.receives.close_receiver("r1") == 2, "and closing the receiver releases them"

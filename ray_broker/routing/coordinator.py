@@ -1,0 +1,422 @@
+"""Receive coordination on the router's loop: receives run as rounds (`rounds.ReceiveRounds`) over
+the partitions known to hold messages, and wait on every host partition at once (no polling) when
+none has any; settlements ride on the receive calls or go to their partitions; a receiver's
+cache, its waits under way and what they bring are released, uncounted, when it closes, is
+cancelled or its process dies; sessions are accepted (waiting for a free one) and called on
+their partition; deferred messages and peeks are read from the partitions holding them.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, Awaitable, Iterator, Sequence
+
+from ..errors import InvalidOperationError, OperationTimeoutError
+from ..protocol import MAIN, PEEK_LOCK
+from . import planner
+from .channel import PartitionUnavailable
+from .definitions import Definitions
+from .reaching import ATTEMPT_TIMEOUT_S, PartitionReach
+from .receiving import RECEIVER_IDLE_S, Hints, ReceiverState, Watch, brought, releases
+from .rounds import RELEASING, ReceiveRounds, Session, session_args
+
+WATCH_TIMEOUT_S = 10.0
+"""The longest one wait on a partition lasts before it is renewed."""
+GATHER_WINDOW_S = 0.003
+"""After the first waiting receive brings messages, how long the others get to bring theirs."""
+SETTLE_TIMEOUT_S = 60.0
+"""How long settlements sent apart from a receive are retried on their partition."""
+
+
+class ReceiveCoordinator:
+    """A router's receives, settlements, waits and sessions.
+
+    Args:
+        reach: the partitions.
+        definitions: the entity definitions cache.
+        hints: where messages are known to be.
+        spread: a rotating partition index (where a round or a session search starts).
+    """
+
+    def __init__(self, reach: PartitionReach, definitions: Definitions, hints: Hints, spread: Iterator[int]) -> None:
+        self._reach = reach
+        self._definitions = definitions
+        self.hints = hints
+        self._spread = spread
+        self._watches: dict[tuple[Any, ...], asyncio.Task[bool]] = {}
+        self._receivers: dict[str, ReceiverState] = {}
+        self._background: set[asyncio.Future[Any]] = set()
+
+    def settlement_groups(self, definition: dict[str, Any], session: Session | None,
+                          ops: list[list[Any]]) -> dict[int, list[int]]:
+        """Positions of settlements grouped by the partition holding each one's message."""
+        return planner.group_by_sequence(definition, [op[1] for op in ops], self._reach.count,
+                                         None if session is None else session["partition"])
+
+    async def receive(self, receiver_id: str, entity: str, subq: int, mode: str, session: Session | None,
+                      max_count: int, max_wait: float, prefetch: int, settlements: list[list[Any]],
+                      partitions: Sequence[int] | None = None) -> dict[str, Any]:
+        """Apply the settlements the call carries, then return up to `max_count` messages: from the
+        receiver's cache, then from every partition (of `partitions`, when given) known (or not yet
+        known not) to hold messages at once (the count shared out among them), waiting up to
+        `max_wait` seconds for the first one to arrive. Returns
+        `{"messages": [...], "settled": [one result per settlement]}`.
+
+        Runs `rounds.ReceiveRounds` round after round. Settlements for a partition that serves the
+        receive travel in the same partition call; the others are sent in parallel with it (and
+        retried on their partition). A partition that answers with an engine error ends the
+        receive with that error; the messages the receive had taken go back to the receiver's
+        cache.
+        """
+        reach = self._reach
+        deadline = reach.clock() + max_wait
+        definition = await self._definitions.get(entity)
+        state = self.receiver(receiver_id, entity, subq)
+        state.harvest()
+        session_id = None if session is None else session["session_id"]
+        hosts = self.receive_hosts(definition, session, partitions)
+        hints = self.hints.of(definition["name"], subq, session_id)
+        job = ReceiveRounds(state, hints, entity, subq, mode, session, max_count, prefetch, settlements,
+                            self.settlement_groups(definition, session, settlements), time.time())
+        background: list[asyncio.Future[None]] = []
+        probed = False
+        state.busy += 1
+        try:
+            while job.wanted > 0 and not state.closed:
+                chosen = self.choose(hosts, hints, job.pending, job.wanted)
+                background.extend(self._settle_groups(definition, subq, session, settlements, job.pending,
+                                                      job.settled, keep=set(chosen)))
+                if not chosen:
+                    if job.out:
+                        break
+                    await asyncio.gather(*background)
+                    background.clear()
+                    remaining = deadline - reach.clock()
+                    if remaining <= 0 and probed:
+                        break
+                    probed = True
+                    if mode == PEEK_LOCK and session is None:
+                        await self._fetch_any(state, receiver_id, definition, subq, hosts, max(remaining, 0.0), hints,
+                                              job.wanted)
+                        job.out.extend(state.take(job.wanted, time.time()))
+                    elif not await self._wait_any(definition, subq, session_id, False, hosts, max(remaining, 0.0)):
+                        if reach.clock() >= deadline:
+                            break
+                    continue
+                calls = job.calls(chosen, settle_others=False)
+                outcomes = await asyncio.gather(*(reach.channel.call(c.partition, c.calls, ATTEMPT_TIMEOUT_S)
+                                                  for c in calls), return_exceptions=True)
+                if not job.apply(calls, outcomes, reach.health, reach.clock()):
+                    hints.update(dict.fromkeys(chosen, False))
+        except asyncio.CancelledError:
+            watches, cached = state.detach()
+            self._in_background(self._give_back(receiver_id, state.entity, subq,
+                                                self._returnable(job.out, mode, session) + cached, watches))
+            raise
+        finally:
+            state.busy -= 1
+        if state.closed and self._returnable(job.out, mode, session):
+            self._in_background(self._give_back(receiver_id, state.entity, subq, job.out, {}))
+            job.out = []
+        background.extend(self._settle_groups(definition, subq, session, settlements, job.pending, job.settled,
+                                              keep=None))
+        await asyncio.gather(*background)
+        state.last_used = reach.clock()
+        return job.reply()
+
+    @staticmethod
+    def _returnable(out: list[tuple[int, dict[str, Any]]], mode: str,
+                    session: Session | None) -> list[tuple[int, dict[str, Any]]]:
+        """The messages of a receive that never reached its caller that go back to the entity: locked
+        ones (receive-and-delete removed its messages), and not a session's (a session receiver's
+        next receive hands those out again, in order)."""
+        return out if mode == PEEK_LOCK and session is None else []
+
+    def receive_hosts(self, definition: dict[str, Any], session: Session | None,
+                      partitions: Sequence[int] | None = None) -> list[int]:
+        """The partitions a receive reads: a held session's, else every one holding the entity (of
+        `partitions`, when given: indexes as sequence numbers name them, so a non-partitioned
+        entity's home is 0)."""
+        if session is not None:
+            return [session["partition"]]
+        hosts = planner.hosts(definition, self._reach.count)
+        if partitions is None:
+            return hosts
+        if not planner.is_partitioned(definition):
+            return hosts if 0 in partitions else []
+        return [k for k in hosts if k in partitions]
+
+    def choose(self, hosts: list[int], hints: dict[int, bool], pending: dict[int, list[int]], need: int) -> list[int]:
+        """The partitions one round of a receive asks: those that may hold messages and are
+        available, from a rotating start, those with carried settlements first, at most `need`."""
+        now = self._reach.clock()
+        ready = [k for k in hosts if hints.get(k, True) and self._reach.health.available(k, now)]
+        offset = next(self._spread) % len(ready) if ready else 0
+        return sorted(ready[offset:] + ready[:offset], key=lambda k: k not in pending)[:need]
+
+    def _settle_groups(self, definition: dict[str, Any], subq: int, session: Session | None,
+                       ops: list[list[Any]], pending: dict[int, list[int]], results: list[Any],
+                       keep: set[int] | None) -> list[asyncio.Future[None]]:
+        """Start settling every pending group except those of `keep`; each op's result lands in `results`."""
+        deadline = self._reach.clock() + SETTLE_TIMEOUT_S
+
+        async def apply(k: int, indexes: list[int]) -> None:
+            try:
+                replies = await self._settle_on(k, definition, subq, session, [ops[i] for i in indexes], deadline)
+            except Exception as exc:  # noqa: BLE001 - each op reports what stopped it
+                replies = [exc] * len(indexes)
+            for i, reply in zip(indexes, replies):
+                results[i] = reply
+
+        return [asyncio.ensure_future(apply(k, pending.pop(k))) for k in [k for k in pending if not keep or k not in keep]]
+
+    async def _settle_on(self, k: int, definition: dict[str, Any], subq: int, session: Session | None,
+                         ops: list[list[Any]], deadline: float) -> list[Any]:
+        name = definition["name"]
+        replies = await self._reach.keyed(k, "settle", name, subq, ops, session_args(session), deadline=deadline,
+                                          entity=name)
+        if any(op[0] in RELEASING for op in ops):
+            self.hints.of(name, subq, None if session is None else session["session_id"])[k] = True
+        return replies  # type: ignore[no-any-return]
+
+    def receiver(self, receiver_id: str, entity: str, subq: int) -> ReceiverState:
+        """A receiver's state (made on its first receive)."""
+        state = self._receivers.get(receiver_id)
+        if state is None:
+            state = self._receivers[receiver_id] = ReceiverState(entity=entity, subq=subq)
+        return state
+
+    async def _fetch_any(self, state: ReceiverState, receiver_id: str, definition: dict[str, Any], subq: int,
+                         hosts: list[int], timeout: float, hints: dict[int, bool], wanted: int) -> None:
+        """Wait on every host partition at once with receives that carry the messages that wake
+        them, until one brings some or `timeout` passes (then, when more than one message is
+        `wanted`, `GATHER_WINDOW_S` more for the others); what they bring lands in the receiver's
+        cache. On an entity's only partition a wait brings what the receive wants; on several, one
+        message each (the receive then gathers the rest), so a receiver never locks much more than
+        it asked for. Waits still under way stay with the receiver (the next receive, or its close,
+        collects them), so nothing they lock is lost."""
+        name = definition["name"]
+        watch_for = min(timeout, WATCH_TIMEOUT_S)
+        count = 1 if len(hosts) > 1 else wanted
+        now = self._reach.clock()
+        for k in hosts:
+            if k not in state.watches and self._reach.health.available(k, now) and not state.closed:
+                state.watches[k] = asyncio.ensure_future(
+                    self._fetch(k, receiver_id, name, subq, count, watch_for, hints))
+        if state.watches:
+            done, pending = await asyncio.wait(list(state.watches.values()),
+                                               timeout=self._watch_bound(hosts, watch_for + 1.0, now),
+                                               return_when=asyncio.FIRST_COMPLETED)
+            if done and pending and wanted > 1:
+                await asyncio.wait(pending, timeout=GATHER_WINDOW_S)
+        before = len(state.cache)
+        state.harvest()
+        if len(state.cache) == before and not state.watches:
+            await self._reach.sleep(0.05)
+
+    async def _fetch(self, k: int, receiver_id: str, entity: str, subq: int, count: int, timeout: float,
+                     hints: dict[int, bool]) -> list[tuple[int, dict[str, Any]]]:
+        try:
+            reply = await self._reach.channel.receive_waiting(k, receiver_id, entity, subq, count, PEEK_LOCK, None, None,
+                                                       timeout)
+        except PartitionUnavailable:
+            self._reach.health.failed(k, self._reach.clock())
+            return []
+        self._reach.health.succeeded(k)
+        hints[k] = bool(reply["more"])
+        return [(k, r) for r in reply["messages"]]
+
+    async def _wait_any(self, definition: dict[str, Any], subq: int, session_id: str | None, free_session: bool,
+                        hosts: list[int], timeout: float) -> bool:
+        """Wait until some host partition has messages (shared watches, no polling); set hints.
+
+        Partitions in back-off are not watched; a watch that ends without news leaves the others
+        waiting, so a failing partition cannot turn the wait into a busy loop.
+        """
+        name = definition["name"]
+        key = name.lower()
+        watch_for = min(max(timeout, 0.0), WATCH_TIMEOUT_S)
+        now = self._reach.clock()
+        give_up = now + self._watch_bound(hosts, watch_for + 1.0, now)
+        waiting: set[asyncio.Task[bool]] = set()
+        for k in hosts:
+            if not self._reach.health.available(k, now):
+                continue
+            wkey = (key, subq, session_id, free_session, k)
+            task = self._watches.get(wkey)
+            if task is None or task.done():
+                task = asyncio.ensure_future(self._watch(name, subq, session_id, free_session, k, watch_for))
+                self._watches[wkey] = task
+                task.add_done_callback(lambda t, w=wkey: self._watches.pop(w, None) if self._watches.get(w) is t else None)
+            waiting.add(task)
+        while waiting:
+            remaining = give_up - self._reach.clock()
+            if remaining <= 0:
+                return False
+            done, waiting = await asyncio.wait(waiting, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+            if any(not t.cancelled() and t.exception() is None and t.result() for t in done):
+                return True
+        await self._reach.sleep(0.05)
+        return False
+
+    def _watch_bound(self, hosts: list[int], longest: float, now: float) -> float:
+        """How long a receive's waits may go on before it looks at its hosts again: `longest`, or
+        less when a host left out for its back-off may be asked again sooner (so a partition that
+        failed once, say a dead actor since replaced, is not passed over for the whole wait)."""
+        retry = self._reach.health.next_retry(hosts, now)
+        return longest if retry is None else min(longest, retry)
+
+    async def _watch(self, entity: str, subq: int, session_id: str | None, free_session: bool, k: int,
+                     timeout: float) -> bool:
+        try:
+            available = await self._reach.channel.wait_available(k, entity, subq, session_id, free_session, timeout)
+        except PartitionUnavailable:
+            self._reach.health.failed(k, self._reach.clock())
+            return False
+        self._reach.health.succeeded(k)
+        if not free_session:
+            self.hints.of(entity, subq, session_id)[k] = available
+        return available
+
+    async def settle(self, entity: str, subq: int, session: Session | None, ops: list[list[Any]],
+                     timeout: float) -> list[Any]:
+        """Apply settlements on the partitions holding the messages; one result per op, in order."""
+        deadline = self._reach.clock() + timeout
+        definition = await self._definitions.get(entity)
+        groups = self.settlement_groups(definition, session, ops)
+        results: list[Any] = [None] * len(ops)
+
+        async def apply(k: int, indexes: list[int]) -> None:
+            replies = await self._settle_on(k, definition, subq, session, [ops[i] for i in indexes], deadline)
+            for i, reply in zip(indexes, replies):
+                results[i] = reply
+
+        await asyncio.gather(*(apply(k, idx) for k, idx in groups.items()))
+        return results
+
+    async def close_receiver(self, receiver_id: str) -> int:
+        """End a receiver's waiting receives and release the messages it holds but never handed out
+        (no delivery counted); a receive of it still under way ends at once with no messages."""
+        state = self._receivers.pop(receiver_id, None)
+        if state is None:
+            return 0
+        state.closed = True
+        watches, cached = state.detach()
+        return await self._give_back(receiver_id, state.entity, state.subq, cached, watches)
+
+    async def receiver_gone(self, receiver_id: str, entity: str, subq: int, mode: str, session: Session | None,
+                            reply: dict[str, Any]) -> dict[str, Any]:
+        """A receive's reply that its receiver, gone, will never get: the receiver is closed and the
+        reply's locked messages released without counting a delivery (a session's are left to its
+        lock). Returns the reply without them."""
+        await self.close_receiver(receiver_id)
+        held = [(r["partition"], r) for r in reply["messages"]]
+        await self._release(entity, subq, self._returnable(held, mode, session))
+        return dict(reply, messages=[])
+
+    async def _give_back(self, receiver_id: str, entity: str, subq: int, held: list[tuple[int, dict[str, Any]]],
+                         watches: dict[int, Watch]) -> int:
+        """End the waiting receives `watches` of a receiver, then release, without counting a
+        delivery, the messages `held` for it and those the waits brought; returns how many were
+        released. A wait that does not end within `ATTEMPT_TIMEOUT_S` releases what it brings
+        when it ends."""
+        if watches:
+            await asyncio.gather(*(self._reach.channel.end_waits(k, receiver_id) for k in watches), return_exceptions=True)
+            done, late = await asyncio.wait(list(watches.values()), timeout=ATTEMPT_TIMEOUT_S)
+            held = held + brought(done)
+            for task in late:
+                task.add_done_callback(
+                    lambda t: self._in_background(self._release(entity, subq, brought([t]))))
+        return await self._release(entity, subq, held)
+
+    async def _release(self, entity: str, subq: int, held: list[tuple[int, dict[str, Any]]]) -> int:
+        """Release locked messages without counting a delivery; returns how many."""
+        if not held:
+            return 0
+        deadline = self._reach.clock() + SETTLE_TIMEOUT_S
+        groups = releases(held)
+        await asyncio.gather(*(self._reach.keyed(k, "settle", entity, subq, ops, None, deadline=deadline)
+                               for k, ops in groups.items()), return_exceptions=True)
+        self.hints.mark(entity, subq, None, groups, True)
+        return len(held)
+
+    def _in_background(self, work: Awaitable[Any]) -> None:
+        """Run `work` on this loop without waiting for it (kept referenced until it ends)."""
+        task = asyncio.ensure_future(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def sweep_idle_receivers(self) -> None:
+        """Release caches of receivers whose clients went away without closing them."""
+        cutoff = self._reach.clock() - RECEIVER_IDLE_S
+        for receiver_id in [r for r, s in self._receivers.items() if s.last_used < cutoff]:
+            await self.close_receiver(receiver_id)
+
+    async def receive_deferred(self, entity: str, subq: int, mode: str, session: Session | None,
+                               sequence_numbers: list[int], timeout: float) -> list[dict[str, Any]]:
+        """Deferred messages by sequence number, from the partitions that hold them."""
+        deadline = self._reach.clock() + timeout
+        definition = await self._definitions.get(entity)
+        groups = planner.group_by_sequence(definition, sequence_numbers, self._reach.count,
+                                           None if session is None else session["partition"])
+        replies = await asyncio.gather(*(
+            self._reach.keyed(k, "receive_deferred", entity, subq, [sequence_numbers[i] for i in idx], mode,
+                              session_args(session), deadline=deadline, entity=entity) for k, idx in groups.items()))
+        by_seq = {r["sequence_number"]: dict(r, partition=k) for k, rs in zip(groups, replies) for r in rs}
+        return [by_seq[s] for s in dict.fromkeys(sequence_numbers) if s in by_seq]
+
+    async def peek(self, entity: str, subq: int, session: Session | None, from_sequence: int,
+                   max_count: int, to_sequence: int | None = None) -> list[dict[str, Any]]:
+        """Browse messages in sequence-number order from `from_sequence` (up to `to_sequence`,
+        exclusive, when given), across partitions in index order (those holding the range are all
+        asked at once)."""
+        definition = await self._definitions.get(entity)
+        hosts = planner.peek_hosts(definition, self._reach.count, from_sequence,
+                                   None if session is None else session["partition"], to_sequence)
+        deadline = self._reach.clock() + 30.0
+        session_id = None if session is None else session["session_id"]
+        pages = await asyncio.gather(*(
+            self._reach.keyed(k, "peek", entity, subq, from_sequence if k == hosts[0] else (k << 48), max_count,
+                              session_id, to_sequence, deadline=deadline, entity=entity) for k in hosts))
+        return planner.merge_peeks(pages, max_count)
+
+    async def accept_session(self, entity: str, session_id: str | None, max_wait: float) -> dict[str, Any]:
+        """Lock a named session, or the next available one (waiting up to `max_wait`)."""
+        deadline = self._reach.clock() + max_wait
+        definition = await self._definitions.get(entity)
+        if not definition["options"]["requires_session"]:
+            raise InvalidOperationError(
+                f"entity {definition['name']!r} does not require sessions; open a receiver without session_id",
+                entity=entity)
+        if session_id is not None:
+            k = planner.session_partition(definition, session_id, self._reach.count)
+            lock = await self._reach.keyed(k, "accept_session", entity, session_id,
+                                           deadline=max(deadline, self._reach.clock() + 30.0), entity=entity)
+            return dict(lock, partition=k)
+        hosts = planner.hosts(definition, self._reach.count)
+        probed = False
+        while True:
+            start = next(self._spread)
+            for j in range(len(hosts)):
+                k = hosts[(start + j) % len(hosts)]
+                if not self._reach.health.available(k, self._reach.clock()):
+                    continue
+                try:
+                    lock = await self._reach.call_one(k, "accept_session", entity, None)
+                except PartitionUnavailable:
+                    continue
+                if lock is not None:
+                    return dict(lock, partition=k)
+            remaining = deadline - self._reach.clock()
+            if remaining <= 0 and probed:
+                raise OperationTimeoutError(
+                    f"no session of {definition['name']!r} became available within {max_wait:g} s; "
+                    "retry, or pass a longer max_wait_time", entity=entity)
+            probed = True
+            await self._wait_any(definition, MAIN, None, True, hosts, max(remaining, 0.0))
+
+    async def session_call(self, entity: str, session: Session, operation: str, *args: Any) -> Any:
+        """Renew, release, or get/set the state of a held session."""
+        deadline = self._reach.clock() + 30.0
+        return await self._reach.keyed(session["partition"], operation, entity, session["session_id"],
+                                       session["lock_token"], *args, deadline=deadline, entity=entity)

@@ -1,0 +1,239 @@
+"""The send and receive rounds, written once and without I/O: what partition calls a round makes,
+and what their outcomes mean. Two drivers run them:
+- the router's event loop (`sending.Sends`, `coordinator.ReceiveCoordinator`), which retries,
+  waits and runs round after round;
+- the caller's thread (`immediate`), which runs one round with the channel's blocking `call_now`
+  and hands whatever is left to the loop.
+
+The thread rule: a router belongs to its event loop, and a caller's thread may run a round of its
+own only in one case: a receiver with nothing under way on the loop (`ReceiverState.busy` and
+`watches` both empty), or a send whose producer tag makes a retry on the loop safe. The state a
+round shares with the loop (partition health, hints, cached definitions) is updated by single
+assignments, each atomic under the GIL, and is advisory: a stale read costs at most a wasted
+call, never a wrong result. Imports no Ray.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterator, Sequence
+
+from ..protocol import MAIN, PEEK_LOCK
+from . import planner
+from .channel import Call, PartitionUnavailable
+from .health import PartitionHealth
+from .receiving import Hints, ReceiverState
+
+Session = dict[str, Any]
+"""A held session lock as clients carry it: `session_id`, `lock_token`, `partition`, `seen`."""
+RELEASING = ("abandon", "release")
+"""Settlements that make a message available again."""
+
+
+def session_args(session: Session | None) -> tuple[str, bytes] | None:
+    """A held session as partitions take it: `(session_id, lock_token)`, or None."""
+    return None if session is None else (session["session_id"], session["lock_token"])
+
+
+def settle_call(entity: str, subq: int, settlements: list[list[Any]], positions: list[int],
+                session: Session | None) -> Call:
+    """The partition call applying the settlements at `positions`."""
+    return "settle", (entity, subq, [settlements[i] for i in positions], session_args(session))
+
+
+# ---------------------------------------------------------------------------- sending
+
+
+@dataclass
+class UnkeyedPart:
+    """The unkeyed messages of one batch: they go together to one partition, tried from `start` on,
+    under `tag` (the batch's producer tag as unkeyed parts carry it)."""
+
+    batch: int
+    indexes: list[int]
+    start: int
+    tag: tuple[str, int] | None
+
+
+@dataclass
+class SendPlan:
+    """Where the batches of one send go: `keyed` maps a partition to the `(batch, indexes)` parts
+    bound for it (one call there for all of them); `unkeyed` lists each batch's unkeyed part."""
+
+    entity: str
+    batches: Sequence[tuple[list[dict[str, Any]], tuple[str, int] | None]]
+    keyed: dict[int, list[tuple[int, list[int]]]]
+    unkeyed: list[UnkeyedPart]
+
+    def keyed_calls(self, k: int) -> list[Call]:
+        """The calls of partition `k`'s keyed parts, each batch's under its own tag."""
+        return [("send", (self.entity, [self.batches[b][0][i] for i in indexes], self.batches[b][1]))
+                for b, indexes in self.keyed[k]]
+
+    def unkeyed_call(self, part: UnkeyedPart) -> Call:
+        """The call of an unkeyed part (the same on every partition it is tried on)."""
+        return "send", (self.entity, [self.batches[part.batch][0][i] for i in part.indexes], part.tag)
+
+    def single(self) -> tuple[int, Call, list[int]] | None:
+        """The whole send as one call to one partition, when it is that: `(partition, call, indexes)`."""
+        if len(self.batches) != 1 or len(self.keyed) + len(self.unkeyed) != 1:
+            return None
+        if self.unkeyed:
+            (part,) = self.unkeyed
+            return part.start, self.unkeyed_call(part), part.indexes
+        ((k, [(_, indexes)]),) = self.keyed.items()
+        return k, self.keyed_calls(k)[0], indexes
+
+
+def plan_send(definition: dict[str, Any], batches: Sequence[tuple[list[dict[str, Any]], tuple[str, int] | None]],
+              max_message_bytes: int, sku_name: str, count: int, spread: Iterator[int]) -> SendPlan:
+    """Check every batch against the entity and the tier (before anything is sent), and plan
+    where each message goes: keyed ones to their partition, a batch's unkeyed ones together from
+    the partition its tag hashes to (`planner.spread_start`: a sender's next batch to the next
+    partition, and a retry where the batch went), or the next of `spread` for an untagged batch."""
+    keyed: dict[int, list[tuple[int, list[int]]]] = {}
+    unkeyed: list[UnkeyedPart] = []
+    for b, (envelopes, producer) in enumerate(batches):
+        planner.check_send(definition, envelopes, max_message_bytes, sku_name)
+        by_partition, rest = planner.plan_send(definition, envelopes, count)
+        for k, indexes in by_partition.items():
+            keyed.setdefault(k, []).append((b, indexes))
+        if rest:
+            start = next(spread) if producer is None else planner.spread_start(producer, count)
+            unkeyed.append(UnkeyedPart(b, rest, start % count, planner.unkeyed_tag(producer)))
+    return SendPlan(definition["name"], batches, keyed, unkeyed)
+
+
+def place(result: list[int | None], indexes: list[int], seqs: Sequence[int | None], hints: Hints,
+          entity: str, k: int) -> None:
+    """Record partition `k`'s sequence numbers for the messages at `indexes` of a batch, and that
+    `k` now holds messages of the entity."""
+    for i, seq in zip(indexes, seqs):
+        result[i] = seq
+    hints.of(entity, MAIN, None)[k] = True
+
+
+# ---------------------------------------------------------------------------- receiving
+
+
+@dataclass
+class RoundCall:
+    """One partition call of a receive round: the operations, the positions of the settlements it
+    carries, and whether it receives (else it only settles)."""
+
+    partition: int
+    calls: list[Call]
+    carried: list[int]
+    receives: bool
+
+
+def receive_reply(out: list[tuple[int, dict[str, Any]]], settled: list[Any]) -> dict[str, Any]:
+    """A receive's reply: the messages handed out, each with its partition, and the results of
+    the settlements it carried."""
+    return {"messages": [dict(r, partition=k) for k, r in out], "settled": settled}
+
+
+class ReceiveRounds:
+    """One receive as rounds of partition calls, without I/O.
+
+    It starts with what the receiver's cache holds. Each round, `calls(chosen)` gives the calls
+    to make: each chosen partition its share of the messages still wanted (the first also the
+    prefetch the cache lacks) with the settlements pending for it, and, when asked, every other
+    partition with pending settlements those alone. `apply` takes the calls' outcomes: settlement
+    results, messages handed out (the surplus to the cache), each partition's health and hint; a
+    partition that did not answer gets its settlements back in `pending`; an engine error puts
+    every message the receive took back in the cache and is raised.
+    """
+
+    def __init__(self, state: ReceiverState, hints: dict[int, bool], entity: str, subq: int, mode: str,
+                 session: Session | None, max_count: int, prefetch: int, settlements: list[list[Any]],
+                 pending: dict[int, list[int]], wall_now: float) -> None:
+        self.state = state
+        self.hints = hints
+        self.entity = entity
+        self.subq = subq
+        self.mode = mode
+        self.session = session
+        self.max_count = max_count
+        self.prefetch = prefetch
+        self.settlements = settlements
+        self.pending = pending
+        """Settlement positions by partition still to apply."""
+        self.out = state.take(max_count, wall_now)
+        """The messages taken for the caller, with their partition."""
+        self.settled: list[Any] = [None] * len(settlements)
+
+    @property
+    def wanted(self) -> int:
+        """How many more messages the receive may take."""
+        return self.max_count - len(self.out)
+
+    def left(self) -> list[int]:
+        """The positions of the settlements not applied yet."""
+        return sorted(i for positions in self.pending.values() for i in positions)
+
+    def calls(self, chosen: list[int], settle_others: bool) -> list[RoundCall]:
+        """This round's calls: a receive on each of `chosen` (carrying its pending settlements) and,
+        with `settle_others`, a settle on each other partition with pending settlements."""
+        need = self.wanted
+        shares = [need // len(chosen) + (1 if j < need % len(chosen) else 0) for j in range(len(chosen))] if chosen else []
+        extra = max(0, self.prefetch - len(self.state.cache)) if self.mode == PEEK_LOCK else 0
+        seen = 0 if self.session is None else self.state.highest_sequence(int(self.session.get("seen", 0)))
+        out = []
+        for j, (k, share) in enumerate(zip(chosen, shares)):
+            carried = self.pending.pop(k, [])
+            calls = [settle_call(self.entity, self.subq, self.settlements, carried, self.session)] if carried else []
+            calls.append(("receive", (self.entity, self.subq, share + (extra if j == 0 else 0), self.mode,
+                                      session_args(self.session), seen)))
+            out.append(RoundCall(k, calls, carried, True))
+        if settle_others:
+            for k in list(self.pending):
+                carried = self.pending.pop(k)
+                out.append(RoundCall(k, [settle_call(self.entity, self.subq, self.settlements, carried, self.session)],
+                                     carried, False))
+        return out
+
+    def apply(self, calls: list[RoundCall], outcomes: Sequence[list[Any] | BaseException], health: PartitionHealth,
+              now: float) -> bool:
+        """Take a round's outcomes (one per call, in order); returns whether it brought messages."""
+        fetched: list[list[tuple[int, dict[str, Any]]]] = []
+        failure: BaseException | None = None
+        for call, outcome in zip(calls, outcomes):
+            k = call.partition
+            if isinstance(outcome, PartitionUnavailable):
+                health.failed(k, now)
+                if call.receives:
+                    self.hints[k] = False
+                if call.carried:
+                    self.pending.setdefault(k, []).extend(call.carried)
+            elif isinstance(outcome, BaseException):
+                if call.receives:
+                    failure = failure or outcome
+                for i in call.carried:
+                    self.settled[i] = outcome
+            else:
+                health.succeeded(k)
+                if call.carried:
+                    for i, result in zip(call.carried, outcome[0]):
+                        self.settled[i] = result
+                if call.receives:
+                    reply = outcome[-1]
+                    self.hints[k] = bool(reply["more"]) or any(self.settlements[i][0] in RELEASING
+                                                               for i in call.carried)
+                    fetched.append([(k, r) for r in reply["messages"]])
+        self._hand_out(fetched)
+        if failure is not None:
+            self.state.cache.extendleft(reversed(self.out))
+            self.out = []
+            raise failure
+        return any(fetched)
+
+    def _hand_out(self, fetched: list[list[tuple[int, dict[str, Any]]]]) -> None:
+        """Take what the caller still wants of a round's messages; the rest go to the cache."""
+        for records in fetched:
+            take = self.wanted
+            self.out.extend(records[:take])
+            self.state.cache.extend(records[take:])
+
+    def reply(self) -> dict[str, Any]:
+        """The receive's reply so far."""
+        return receive_reply(self.out, self.settled)

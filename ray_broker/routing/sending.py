@@ -1,0 +1,163 @@
+"""Sends on the router's loop: keyed messages to their partition, retried there until the caller's
+deadline (never rerouted); an unkeyed batch to one partition, moving on when that one is
+unavailable; a transaction's commit and the cancelling of scheduled messages on the partitions
+that hold them. Where messages go is planned by `rounds.plan_send`."""
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Awaitable, Iterator, Sequence
+
+from ..errors import PartitionUnavailableError
+from ..sku import Sku
+from . import planner
+from .channel import PartitionUnavailable
+from .definitions import Definitions
+from .health import RETRY_BACKOFF
+from .reaching import PartitionReach
+from .receiving import Hints
+from .rounds import SendPlan, UnkeyedPart, place, plan_send, session_args
+
+UNKEYED_SETTLE_S = 10.0
+"""How long an unkeyed tagged batch keeps to a partition that failed with it, maybe having stored
+it, before moving on; a partition failing longer is taken as away (its node likely lost, not
+restarting) and held (`health.AWAY_BACKOFF`)."""
+
+
+class Sends:
+    """A router's sends.
+
+    Args:
+        reach: the partitions.
+        definitions: the entity definitions cache.
+        hints: where messages are known to be (a send marks its partitions).
+        sku: the namespace's tier (size limits).
+        spread: where the next untagged unkeyed batch starts (a rotating partition index).
+    """
+
+    def __init__(self, reach: PartitionReach, definitions: Definitions, hints: Hints, sku: Sku,
+                 spread: Iterator[int]) -> None:
+        self._reach = reach
+        self._definitions = definitions
+        self._hints = hints
+        self._sku = sku
+        self._spread = spread
+
+    def plan(self, definition: dict[str, Any],
+             batches: Sequence[tuple[list[dict[str, Any]], tuple[str, int] | None]]) -> SendPlan:
+        """`rounds.plan_send` for this namespace: every batch checked, then placed."""
+        return plan_send(definition, batches, self._sku.max_message_bytes, self._sku.name, self._reach.count,
+                         self._spread)
+
+    def place(self, result: list[int | None], indexes: list[int], seqs: Sequence[int | None], entity: str,
+              k: int) -> None:
+        """`rounds.place` with this router's hints."""
+        place(result, indexes, seqs, self._hints, entity, k)
+
+    async def send(self, entity: str, envelopes: list[dict[str, Any]], timeout: float,
+                   producer: tuple[str, int] | None = None) -> list[int | None]:
+        """Route and store messages; returns sequence numbers in order (None for dropped duplicates).
+
+        `producer` tags the batch (the sender's id and its batch number): every partition it
+        reaches stores the tag with the messages and answers a repeat of it (a retry after a lost
+        reply) with the original sequence numbers, storing nothing twice. An unkeyed batch with
+        a tag starts at the partition the tag hashes to, so a retry goes where the batch went.
+        """
+        return (await self.send_batches(entity, [(envelopes, producer)], timeout))[0]
+
+    async def send_batches(self, entity: str, batches: Sequence[tuple[list[dict[str, Any]], tuple[str, int] | None]],
+                           timeout: float) -> list[list[int | None]]:
+        """Store several batches, each as `send` stores it (under its own producer tag), in as few
+        partition calls as routing allows: the keyed parts of every batch bound for one partition
+        go in one call there (one store commit); unkeyed parts spread batch by batch. Every batch
+        is checked before any is sent. Returns each batch's sequence numbers."""
+        deadline = self._reach.clock() + timeout
+        definition = await self._definitions.get(entity)
+        plan = self.plan(definition, batches)
+        results: list[list[int | None]] = [[None] * len(envelopes) for envelopes, _ in batches]
+
+        async def to_partition(k: int) -> None:
+            replies = await self._reach.keyed_calls(k, plan.keyed_calls(k), deadline=deadline, entity=entity)
+            for (b, indexes), seqs in zip(plan.keyed[k], replies):
+                self.place(results[b], indexes, seqs, plan.entity, k)
+
+        jobs: list[Awaitable[None]] = [to_partition(k) for k in plan.keyed]
+        jobs.extend(self._send_spread(plan, part, results[part.batch], deadline) for part in plan.unkeyed)
+        await asyncio.gather(*jobs)
+        return results
+
+    async def _send_spread(self, plan: SendPlan, part: UnkeyedPart, result: list[int | None],
+                           deadline: float) -> None:
+        """Send an unkeyed part to one partition (from its start on), moving to another when one
+        is unavailable.
+
+        A partition that failed after the batch was sent to it may have stored it, and only that
+        partition recognizes a repeat of a tagged batch: so it is retried for up to
+        `UNKEYED_SETTLE_S` (a restart takes a second or two) before the batch moves on, once per
+        batch. Only a partition that stays away longer can leave a copy behind (at-least-once, as
+        Service Bus). A call that cannot have reached its partition (refused before it was sent)
+        leaves no doubt: the batch moves on at once. A partition failing for longer than
+        `UNKEYED_SETTLE_S` is held away (`PartitionHealth.hold_away`), longer each time it is still
+        away after a hold.
+        """
+        reach, count = self._reach, self._reach.count
+        call = plan.unkeyed_call(part)
+        doubted = False
+        while True:
+            order = reach.health.order([(part.start + j) % count for j in range(count)], reach.clock())
+            for k in order:
+                remaining = deadline - reach.clock()
+                if remaining <= 0:
+                    break
+                try:
+                    (seqs,) = await reach.call(k, [call], timeout=remaining)
+                except PartitionUnavailable as exc:
+                    seqs = None
+                    if exc.reached and part.tag is not None and not doubted:
+                        doubted = True
+                        seqs = await self._settle_doubt(k, call, deadline)
+                    if seqs is None:
+                        if reach.health.failing_for(k, reach.clock()) >= UNKEYED_SETTLE_S:
+                            reach.health.hold_away(k, reach.clock())
+                        continue
+                self.place(result, part.indexes, seqs, plan.entity, k)
+                return
+            if reach.clock() >= deadline:
+                raise PartitionUnavailableError(
+                    f"no partition of {plan.entity!r} accepted the messages before the timeout; retry later",
+                    entity=plan.entity)
+            await reach.sleep(0.05)
+
+    async def _settle_doubt(self, k: int, call: Any, deadline: float) -> list[int | None] | None:
+        """Retry a tagged batch on partition `k`, which failed with it, for up to `UNKEYED_SETTLE_S`:
+        its reply (the first one, if `k` had stored the batch) or None if `k` stayed away."""
+        reach = self._reach
+        give_up = min(deadline, reach.clock() + UNKEYED_SETTLE_S)
+        attempt = 0
+        while reach.clock() < give_up:
+            await reach.sleep(min(RETRY_BACKOFF.delay(attempt), max(give_up - reach.clock(), 0.0)))
+            attempt += 1
+            try:
+                (seqs,) = await reach.call(k, [call], timeout=give_up - reach.clock())
+                return seqs  # type: ignore[no-any-return]
+            except PartitionUnavailable:
+                continue
+        return None
+
+    async def commit_transaction(self, index: int, transaction_id: str, deadline: float,
+                                 operations: list[list[Any]], timeout: float) -> list[Any]:
+        """Commit a transaction's operations on partition `index` (the one they are pinned to),
+        retried there until `timeout` (a repeat of a commit that took effect answers with its
+        results). Operations are `["send", entity, envelopes]` or `["settle", entity, subq,
+        session, ops]` with the session as clients carry it."""
+        calls = [op if op[0] == "send" else ["settle", op[1], op[2], op[4], session_args(op[3])]
+                 for op in operations]
+        return await self._reach.keyed(index, "commit_transaction", transaction_id, deadline,  # type: ignore[no-any-return]
+                                       calls, deadline=self._reach.clock() + timeout)
+
+    async def cancel_scheduled(self, entity: str, sequence_numbers: list[int], timeout: float) -> None:
+        """Cancel scheduled messages on the partitions that hold them."""
+        deadline = self._reach.clock() + timeout
+        definition = await self._definitions.get(entity)
+        groups = planner.group_by_sequence(definition, sequence_numbers, self._reach.count)
+        await asyncio.gather(*(self._reach.keyed(k, "cancel_scheduled", entity, [sequence_numbers[i] for i in idx],
+                                                 deadline=deadline, entity=entity) for k, idx in groups.items()))
