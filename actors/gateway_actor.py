@@ -43,6 +43,17 @@ from ray_broker.routing.channel import PartitionUnavailable
 from ray_broker.routing.ray_channel import RayChannel
 from ray_broker.routing.router import DATA_OPERATIONS, Router
 from ray_broker.sku import MAX_ENTITIES, get_sku
+from ray_broker.wire import (
+    AddRule,
+    CreateEntity,
+    DeleteEntity,
+    ListEntities,
+    RemoveRule,
+    Runtime,
+    UpdateEntity,
+    UpdateRule,
+    decode_router_args,
+)
 
 from .handles import partition_actor
 
@@ -124,7 +135,7 @@ class Gateway:
             raise InvalidOperationError(f"partition {index} does not exist in namespace {self.config.name!r}")
         if self.handles.epochs[index] == epoch:
             try:
-                await self.router.reach.call_one(index, "list_entities")
+                await self.router.reach.call_one(index, ListEntities())
             except PartitionUnavailable:
                 pass
         return self.handles.table()
@@ -180,7 +191,7 @@ class Gateway:
 
     async def _check_new(self, name: str) -> list[dict[str, Any]]:
         """Every entity, after checking that none is named `name`."""
-        existing: list[dict[str, Any]] = await self.router.reach.any("list_entities")
+        existing: list[dict[str, Any]] = await self.router.reach.any(ListEntities())
         clash = next((d for d in existing if d["name"].lower() == name.lower()), None)
         if clash is not None:
             raise MessagingEntityAlreadyExistsError(
@@ -191,7 +202,7 @@ class Gateway:
         await self._check_forwarding(definition["name"], definition["options"])
         now = time.time()
         definition = {**definition, "incarnation": uuid.uuid4().hex, "created_at": now, "updated_at": now}
-        await self.router.reach.everywhere("create_entity", definition, deadline=time.monotonic() + timeout,
+        await self.router.reach.everywhere(CreateEntity(definition), deadline=time.monotonic() + timeout,
                                      entity=definition["name"])
         self.router.definitions.remember(definition)
         return definition
@@ -252,7 +263,7 @@ class Gateway:
         self._check_features(name, options)
         await self._check_forwarding(current["name"], options)
         definition = {**current, "options": options, "updated_at": time.time()}
-        await self.router.reach.everywhere("update_entity", definition, deadline=time.monotonic() + timeout, entity=name)
+        await self.router.reach.everywhere(UpdateEntity(definition), deadline=time.monotonic() + timeout, entity=name)
         self.router.definitions.remember(definition)
         return definition
 
@@ -264,7 +275,7 @@ class Gateway:
             raise MessagingEntityAlreadyExistsError(
                 f"subscription {definition['name']!r} already has a rule named {rule['name']!r}; delete it first or "
                 "choose another name", entity=definition["name"])
-        await self.router.reach.everywhere("add_rule", definition["name"], rule, deadline=time.monotonic() + timeout,
+        await self.router.reach.everywhere(AddRule(definition["name"], rule), deadline=time.monotonic() + timeout,
                                      entity=definition["name"])
         self.router.definitions.forget(definition["name"])
         return rule
@@ -280,7 +291,7 @@ class Gateway:
                 f"subscription {definition['name']!r} has no rule named {rule['name']!r}; create it with create_rule",
                 entity=definition["name"])
         rule = {**current, "filter": rule["filter"], "action": rule["action"]}
-        await self.router.reach.everywhere("update_rule", definition["name"], rule, deadline=time.monotonic() + timeout,
+        await self.router.reach.everywhere(UpdateRule(definition["name"], rule), deadline=time.monotonic() + timeout,
                                      entity=definition["name"])
         self.router.definitions.forget(definition["name"])
         return rule
@@ -291,20 +302,20 @@ class Gateway:
         if not any(r["name"].lower() == name.lower() for r in definition.get("rules", ())):
             raise MessagingEntityNotFoundError(f"subscription {definition['name']!r} has no rule named {name!r}",
                                                entity=definition["name"])
-        await self.router.reach.everywhere("remove_rule", definition["name"], name, deadline=time.monotonic() + timeout,
+        await self.router.reach.everywhere(RemoveRule(definition["name"], name), deadline=time.monotonic() + timeout,
                                      entity=definition["name"])
         self.router.definitions.forget(definition["name"])
 
     async def delete_entity(self, name: str, timeout: float) -> None:
         """Delete an entity and its messages on every partition (a topic's subscriptions with it)."""
         await self.router.definitions.get(name, fresh=True)
-        await self.router.reach.everywhere("delete_entity", name, deadline=time.monotonic() + timeout, entity=name)
+        await self.router.reach.everywhere(DeleteEntity(name), deadline=time.monotonic() + timeout, entity=name)
         self.router.definitions.forget(name)
         self.router.definitions.forget_subscriptions(name)
 
     async def list_entities(self, kind: str) -> list[dict[str, Any]]:
         """Every entity of one kind, in name order."""
-        return [d for d in await self.router.reach.any("list_entities") if d["kind"] == kind]
+        return [d for d in await self.router.reach.any(ListEntities()) if d["kind"] == kind]
 
     async def runtime(self, name: str) -> dict[str, Any]:
         """Per-partition counts (None where a partition did not answer) and the definition."""
@@ -314,12 +325,12 @@ class Gateway:
         async def one(k: int) -> Any:
             epoch = self.handles.epochs[k]
             try:
-                return await self.router.reach.call_one(k, "runtime", name)
+                return await self.router.reach.call_one(k, Runtime(name))
             except PartitionUnavailable:
                 if self.handles.epochs[k] == epoch:
                     return None
             try:  # the call found the partition's actor dead for good and made it again: ask the new one
-                return await self.router.reach.call_one(k, "runtime", name)
+                return await self.router.reach.call_one(k, Runtime(name))
             except PartitionUnavailable:
                 return None
 
@@ -349,13 +360,15 @@ class GatewayActor:
         return self.gateway.config.to_dict()
 
     async def call(self, operation: str, *args: Any, caller: Token | None = None) -> Any:
-        """Invoke a gateway operation by name: management here, data operations through its router.
+        """Invoke a gateway operation by name: management here, data operations through its router
+        (their records arrive as lists: `wire.decode_router_args` types them again).
 
         A receive that waited hands its messages only to a `caller` still there (see `callers`):
         those locked for one that died are released, no delivery counted."""
         self._ensure_sweeper()
         if operation in DATA_OPERATIONS:
             started = time.monotonic()
+            args = decode_router_args(operation, args)
             result = await self.gateway.router.run(operation, *args)
             if (operation == "receive" and result["messages"] and time.monotonic() - started > CALLER_CHECK_AFTER_S
                     and await caller_gone_async(caller)):

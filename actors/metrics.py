@@ -18,7 +18,7 @@ soon, so a partition that is down has no `up` series: dashboards compare the par
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, TypeVar
+from typing import Callable, TypeVar
 
 from ray.util.metrics import Counter, Gauge, Histogram
 
@@ -37,6 +37,7 @@ from ray_broker.observability import (
     watch,
     with_vanished,
 )
+from ray_broker.wire import PartitionRequest
 
 EXPORT_INTERVAL_S = 1.0
 """How often gathered counts and latencies are handed to Ray (which exports every few seconds)."""
@@ -102,9 +103,10 @@ class PartitionMetrics:
         self._entities: set[str] = set()
         self._exported_at = self._gauges_at = float("-inf")
 
-    def run(self, operation: str, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """Call the engine operation `function` (named `operation`) and count what it did."""
-        return self._meter.run(operation, function, *args, **kwargs)
+    def run(self, function: Callable[[], T], request: PartitionRequest | None = None) -> T:
+        """Call `function`, which runs the partition request `request` (or housekeeping, without
+        one), and count what it did."""
+        return self._meter.run(function, request)
 
     def tick(self) -> bool:
         """Export what was gathered, if `EXPORT_INTERVAL_S` has passed since the last export, and

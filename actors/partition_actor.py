@@ -1,6 +1,7 @@
 """The partition actor: one `PartitionEngine` and its store, behind a threaded actor.
 
-Thin by design: it forwards operations to the engine, wakes waiting receivers when messages may
+Thin by design: it runs partition requests (`ray_broker.wire`, encoded on the way in) on the
+engine through the operation table (`engine.operations`), wakes waiting receivers when messages may
 have become available, runs housekeeping (scheduled messages, expiry) on a thread of its own,
 and, once an entity here auto-forwards, a forwarder thread that sends the outbox on through a
 router of its own.
@@ -26,6 +27,7 @@ from actors.metrics import PartitionMetrics
 from actors.seeding import away_from_home, seed_entities
 from ray_broker.callers import CallerWatch, Token
 from ray_broker.config import NODE_DATA_DIR_ENV, RAY_NAMESPACE, NamespaceConfig
+from ray_broker.engine.operations import operation
 from ray_broker.engine.partition import PartitionEngine
 from ray_broker.engine.store import Store
 from ray_broker.protocol import PEEK_LOCK
@@ -35,6 +37,7 @@ from ray_broker.routing.ray_channel import RayChannel, TableHandles
 from ray_broker.routing.receiving import release_op
 from ray_broker.routing.router import Router
 from ray_broker.sku import get_sku
+from ray_broker.wire import PartitionRequest, Receive, SessionRef, Settle, decode
 
 logger = logging.getLogger("ray_broker.partition")
 
@@ -48,35 +51,6 @@ FORWARD_IDLE_S = 1.0
 """How often the forwarder looks at the outbox when nothing woke it."""
 STORE_TAKEOVER_WAIT_S = 30.0
 """How long a restarted partition waits for its previous process to let go of the store's lock."""
-# Engine operations a caller may invoke through `PartitionActor.run`, and whether each may make
-# messages available to waiting receivers.
-OPERATIONS: dict[str, bool] = {
-    "create_entity": False,
-    "update_entity": True,
-    "delete_entity": False,
-    "get_entity": False,
-    "list_entities": False,
-    "add_rule": False,
-    "update_rule": False,
-    "remove_rule": False,
-    "send": True,
-    "cancel_scheduled": False,
-    "receive": False,
-    "settle": True,
-    "receive_deferred": False,
-    "peek": False,
-    "accept_session": False,
-    "renew_session": False,
-    "release_session": True,
-    "get_session_state": False,
-    "set_session_state": False,
-    "runtime": False,
-    "has_available": False,
-    "integrity_check": False,
-    "commit_transaction": True,
-}
-
-
 class _Gateway:
     """A gateway of the namespace as the forwarder calls it (for the routing table)."""
 
@@ -208,7 +182,7 @@ class PartitionActor:
                     if self._forwarder is None and self.engine.forwards():
                         self._forwarder = _ForwardThread(self.config, self.index, _LockedOutbox(self.engine, self._lock))
                         self._forwarder.start()
-                    changed = self.metrics.run("housekeeping", self.engine.housekeeping)
+                    changed = self.metrics.run(self.engine.housekeeping)
                     if self.metrics.tick() or changed:
                         self._notify()
                 failures = 0
@@ -219,32 +193,37 @@ class PartitionActor:
                                      HOUSEKEEPING_INTERVAL_S)
                 failures += 1
 
-    def run(self, operation: str, *args: Any, **kwargs: Any) -> Any:
-        """Invoke an engine operation by name."""
-        wakes = OPERATIONS.get(operation)
-        if wakes is None:
-            raise AttributeError(f"partition has no operation {operation!r}")
-        with self._lock:
-            result = self.metrics.run(operation, getattr(self.engine, operation), *args, **kwargs)
-            if wakes:
-                self._notify()
-        return result
+    def run(self, *fields: Any) -> Any:
+        """Run one partition request, as `wire.encode` gave it (`InvalidOperationError` for an
+        operation partitions do not run)."""
+        return self._run(decode(fields))
 
-    def run_batch(self, calls: list[tuple[str, tuple[Any, ...]]]) -> list[Any]:
-        """Invoke several engine operations in one call and one store commit, in order; results in
-        the same order. An operation that raises ends the batch: those before it stay applied."""
+    def run_batch(self, requests: list[list[Any]]) -> list[Any]:
+        """Run several encoded partition requests in one call and one store commit, in order;
+        results in the same order. A request that raises ends the batch: those before it stay
+        applied."""
         results: list[Any] = []
         failure: Exception | None = None
         with self._lock, self.engine.unit_of_work():
-            for operation, args in calls:
+            for fields in requests:
                 try:
-                    results.append(self.run(operation, *args))
+                    results.append(self._run(decode(fields)))
                 except Exception as exc:  # noqa: BLE001 - re-raised once the operations before it are committed
                     failure = exc
                     break
         if failure is not None:
             raise failure
         return results
+
+    def _run(self, request: PartitionRequest) -> Any:
+        """Run a request on the engine (counted by the metrics), waking waiting receivers when it
+        may have made messages available."""
+        how = operation(request)
+        with self._lock:
+            result = self.metrics.run(lambda: how.run(self.engine, request), request)
+            if how.wakes:
+                self._notify()
+        return result
 
     @ray.method(concurrency_group="waits")
     def wait_available(self, entity: str, subq: int, session_id: str | None = None,
@@ -255,7 +234,7 @@ class PartitionActor:
 
     @ray.method(concurrency_group="waits")
     def receive_waiting(self, receiver_id: str, entity: str, subq: int, max_count: int, mode: str,
-                        session: tuple[str, bytes] | None, seen: int | None, timeout: float,
+                        session: list[Any] | None, seen: int | None, timeout: float,
                         caller: Token | None = None) -> dict[str, Any]:
         """A receive that waits: as soon as messages are available, lock up to `max_count` of them
         for the caller and return them (the wake-up carries the messages). Returns an empty reply
@@ -266,6 +245,8 @@ class PartitionActor:
         Messages found after waiting go only to a `caller` that is still there (see `callers`):
         those locked for one that died are released at once, no delivery counted."""
         empty: dict[str, Any] = {"messages": [], "more": False}
+        ref = None if session is None else SessionRef(session[0], session[1])
+        request = Receive(entity, subq, max_count, mode, ref, seen)
         checks = 0
 
         def ready() -> dict[str, Any] | None:
@@ -273,8 +254,7 @@ class PartitionActor:
             checks += 1
             if receiver_id in self._ended:
                 return empty
-            reply: dict[str, Any] = self.metrics.run("receive", self.engine.receive, entity, subq, max_count, mode,
-                                                     session, seen)
+            reply: dict[str, Any] = self._run(request)
             return reply if reply["messages"] else None
 
         with self._lock:
@@ -291,17 +271,17 @@ class PartitionActor:
         if reply is None:
             return empty
         if checks > 1 and mode == PEEK_LOCK and reply["messages"] and self._callers.gone(caller):
-            self._release(entity, subq, session, reply["messages"])
+            self._release(entity, subq, ref, reply["messages"])
             return empty
         return reply
 
-    def _release(self, entity: str, subq: int, session: tuple[str, bytes] | None,
+    def _release(self, entity: str, subq: int, session: SessionRef | None,
                  records: list[dict[str, Any]]) -> None:
         """Release messages locked for a caller that is gone, without counting a delivery."""
         ops = [release_op(r) for r in records]
         logger.warning("partition %d of namespace %r: the caller of a waiting receive on %r is gone; %d message(s) "
                        "locked for it released", self.index, self.config.name, entity, len(ops))
-        self.run("settle", entity, subq, ops, session)
+        self._run(Settle(entity, subq, ops, session))
 
     def end_waits(self, receiver_id: str) -> None:
         """End the `receive_waiting` of `receiver_id` now, if one is under way (its receiver is closing)."""

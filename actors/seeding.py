@@ -10,6 +10,7 @@ from ray.exceptions import RayError
 
 from ray_broker.config import RAY_NAMESPACE, NamespaceConfig, pinned_node
 from ray_broker.engine.partition import PartitionEngine
+from ray_broker.wire import ListEntities, encode
 
 SEED_TIMEOUT_S = 5.0
 """How long a partition waits for each other partition's entities before asking the next one."""
@@ -28,7 +29,7 @@ def seed_entities(config: NamespaceConfig, index: int, engine: PartitionEngine) 
     for k in (j for j in range(config.partition_count) if j != index):
         try:
             other = ray.get_actor(config.partition_name(k), namespace=RAY_NAMESPACE)
-            definitions = ray.get(other.run.remote("list_entities"), timeout=SEED_TIMEOUT_S)
+            definitions = ray.get(other.run.remote(*encode(ListEntities())), timeout=SEED_TIMEOUT_S)
         except (ValueError, RayError):
             continue
         for definition in sorted(definitions, key=lambda d: d["kind"] == "subscription"):

@@ -27,6 +27,7 @@ from ray_broker.engine.partition import MAIN, PEEK_LOCK, PartitionEngine
 from ray_broker.engine.store import Store
 from ray_broker.entities import normalize_queue_options
 from ray_broker.message import Message
+from ray_broker.wire import Settlement
 
 from .common import PhaseClock, emit, format_table, machine_info, make_body, median, parser, ratio, target, \
     targets_table
@@ -69,7 +70,7 @@ class EngineSystem:
                 wanted = min(self.receive_size or len(envelopes), len(envelopes) - start)
                 records += engine.receive(QUEUE, MAIN, wanted, PEEK_LOCK)["messages"]
         with clock("settle"):
-            results = engine.settle(QUEUE, MAIN, [("complete", r["sequence_number"], r["lock_token"]) for r in records])
+            results = engine.settle(QUEUE, MAIN, [Settlement("complete", r["sequence_number"], r["lock_token"]) for r in records])
         if len(records) != len(envelopes) or any(r is not None for r in results):
             raise RuntimeError(f"engine cycle: received {len(records)} of {len(envelopes)}, results {results[:3]}")
 

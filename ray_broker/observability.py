@@ -6,7 +6,7 @@ latencies, in plain dicts (well under a microsecond per call). The partition act
 gathered `Tally` to Ray's metrics every second or so (`actors/metrics.py`), one increment per
 counter and entity rather than one per call or per message.
 
-Most counts follow from an operation's name, arguments and result (`count_operation`). Expiries
+Most counts follow from an operation's request and result (`count_operation`). Expiries
 and dead-letterings also happen inside the engine (a receive screening out an expired message, an
 abandon past the maximum delivery count, housekeeping): `watch` observes those as the engine makes
 them, and the meter keeps them only once the operation that made them has succeeded (a failed
@@ -16,8 +16,9 @@ counts as both expired and dead-lettered.
 Entities are tagged by their lower-cased path (`orders`, `events/subscriptions/audit`).
 
 Example:
+    >>> from ray_broker.wire import Send
     >>> meter = Meter()
-    >>> meter.run("send", lambda entity, envelopes: [1, 2, None], "Orders", [{}, {}, {}])
+    >>> meter.run(lambda: [1, 2, None], Send("Orders", [{}, {}, {}]))
     [1, 2, None]
     >>> meter.take().counts
     {('sent', 'orders'): 2}
@@ -31,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence, Ty
 from .engine import state as state_events
 from .errors import MessageLockLostError, SessionLockLostError
 from .routing.planner import hosts
+from .wire import CommitTransaction, PartitionRequest, Receive, ReceiveDeferred, Send, Settle, Settlement
 
 if TYPE_CHECKING:
     from .engine.partition import PartitionEngine
@@ -46,8 +48,8 @@ COUNTERS = (SENT, RECEIVED, COMPLETED, DEAD_LETTERED, EXPIRED, LOCK_LOST)
 
 SEND = "send"
 RECEIVE = "receive"
-TIMED: dict[str, str] = {"send": SEND, "receive": RECEIVE, "receive_deferred": RECEIVE}
-"""The operations whose duration is recorded, and the latency each feeds."""
+TIMED: dict[type[Any], str] = {Send: SEND, Receive: RECEIVE, ReceiveDeferred: RECEIVE}
+"""The requests whose duration is recorded, and the latency each feeds."""
 
 RUNTIME_COUNTS = ("active", "scheduled", "dead_letter")
 """The `PartitionEngine.runtime` counts published as gauges."""
@@ -88,40 +90,40 @@ class Tally:
             self.latencies.setdefault(key, []).extend(values)
 
 
-def count_operation(tally: Tally, operation: str, args: Sequence[Any], result: Any) -> None:
-    """Add what a successful engine operation did to `tally`, from its arguments and result.
+def count_operation(tally: Tally, request: PartitionRequest, result: Any) -> None:
+    """Add what a successful partition request did to `tally`, from the request and its result.
 
-    `send` counts the messages stored (not dropped duplicates); `receive` and `receive_deferred`
-    the messages handed out; `settle` the completes that succeeded and the settlements that met a
-    lost lock; `commit_transaction` its sends and settlements. Dead-letterings and expiries are
-    counted by `watch` as the engine makes them. Other operations count nothing.
+    `Send` counts the messages stored (not dropped duplicates); `Receive` and `ReceiveDeferred`
+    the messages handed out; `Settle` the completes that succeeded and the settlements that met a
+    lost lock; `CommitTransaction` its sends and settlements. Dead-letterings and expiries are
+    counted by `watch` as the engine makes them. Other requests count nothing.
     """
-    if operation == "send":
-        _count_send(tally, args[0], result)
-    elif operation == "receive":
-        tally.add(RECEIVED, args[0].lower(), len(result["messages"]))
-    elif operation == "receive_deferred":
-        tally.add(RECEIVED, args[0].lower(), len(result))
-    elif operation == "settle":
-        _count_settle(tally, args[0], args[2], result)
-    elif operation == "commit_transaction":
-        for op, outcome in zip(args[2], result):
-            if op[0] == "send":
-                _count_send(tally, op[1], outcome)
+    if isinstance(request, Send):
+        _count_send(tally, request.entity, result)
+    elif isinstance(request, Receive):
+        tally.add(RECEIVED, request.entity.lower(), len(result["messages"]))
+    elif isinstance(request, ReceiveDeferred):
+        tally.add(RECEIVED, request.entity.lower(), len(result))
+    elif isinstance(request, Settle):
+        _count_settle(tally, request.entity, request.settlements, result)
+    elif isinstance(request, CommitTransaction):
+        for op, outcome in zip(request.operations, result):
+            if isinstance(op, Send):
+                _count_send(tally, op.entity, outcome)
             else:
-                _count_settle(tally, op[1], op[3], outcome)
+                _count_settle(tally, op.entity, op.settlements, outcome)
 
 
 def _count_send(tally: Tally, entity: str, sequence_numbers: Iterable[int | None]) -> None:
     tally.add(SENT, entity.lower(), sum(1 for seq in sequence_numbers if seq is not None))
 
 
-def _count_settle(tally: Tally, entity: str, ops: Sequence[Sequence[Any]], results: Sequence[Any]) -> None:
+def _count_settle(tally: Tally, entity: str, settlements: Sequence[Settlement], results: Sequence[Any]) -> None:
     completed = lost = 0
-    for op, outcome in zip(ops, results):
+    for settlement, outcome in zip(settlements, results):
         if isinstance(outcome, LOCK_ERRORS):
             lost += 1
-        elif op[0] == "complete" and outcome is None:
+        elif settlement.action == "complete" and outcome is None:
             completed += 1
     key = entity.lower()
     tally.add(COMPLETED, key, completed)
@@ -141,8 +143,9 @@ class Meter:
         self._events = Tally()
         """Expiries and dead-letterings the engine made during the operation under way."""
 
-    def run(self, operation: str, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """Call `function(*args, **kwargs)`, the engine operation `operation`, and count what it did.
+    def run(self, function: Callable[[], T], request: PartitionRequest | None = None) -> T:
+        """Call `function`, which runs the partition request `request` (or, without one, engine
+        work of the partition's own, such as housekeeping), and count what it did.
 
         If it raises, the engine events it produced are dropped (its changes were rolled back) and
         a lock error counts as a lock loss of the entity it names; the error propagates.
@@ -152,16 +155,16 @@ class Meter:
             self._events = Tally()
         started = self._clock()
         try:
-            result = function(*args, **kwargs)
+            result = function()
         except Exception as exc:
             self._events = Tally()
             if isinstance(exc, LOCK_ERRORS):
                 self._tally.add(LOCK_LOST, str(exc.entity or "").lower(), 1)
             raise
-        latency = TIMED.get(operation)
-        if latency is not None:
-            self._tally.observe(latency, str(args[0]).lower(), self._clock() - started)
-        count_operation(self._tally, operation, args, result)
+        if isinstance(request, (Send, Receive, ReceiveDeferred)):
+            self._tally.observe(TIMED[type(request)], request.entity.lower(), self._clock() - started)
+        if request is not None:
+            count_operation(self._tally, request, result)
         return result
 
     def event(self, counter: str, entity: str, n: int) -> None:

@@ -27,6 +27,7 @@ from ..errors import (
 )
 from ..message import Message, ReceivedMessage, schedule_time_epoch
 from ..sku import Sku
+from ..wire import Settlement
 
 DEFAULT_MAX_WAIT_S = 60.0
 DEFAULT_TIMEOUT_S = 60.0
@@ -212,8 +213,8 @@ def envelopes_for_send(sku: Sku, messages: Any, *, schedule_at: float | None = N
 
 def settlement_op(message: Any, action: str, receiver_key: str, closed: bool,
                   reason: Any = None, description: Any = None, session_until: float | None = None,
-                  now: float | None = None) -> list[Any]:
-    """Check that `message` may be settled by this receiver now and build the request for it.
+                  now: float | None = None) -> Settlement:
+    """Check that `message` may be settled by this receiver now and build the settlement.
 
     The checks that decide the outcome run here, in the caller: a message settled before (or
     received in RECEIVE_AND_DELETE mode), another receiver's message, and an expired message or
@@ -244,7 +245,7 @@ def settlement_op(message: Any, action: str, receiver_key: str, closed: bool,
             f"the lock on message {message.sequence_number} expired before it was settled; receive it again "
             "(renew locks of messages that take long to process)")
     assert message.lock_token_bytes is not None
-    return [action, message.sequence_number, message.lock_token_bytes, reason, description]
+    return Settlement(action, message.sequence_number, message.lock_token_bytes, reason, description)
 
 
 def apply_settlement(message: ReceivedMessage, action: str, result: Any) -> datetime | None:
@@ -288,11 +289,11 @@ class SettlementBuffer:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._ops: list[list[Any]] = []
+        self._ops: list[Settlement] = []
         self._errors: list[BaseException] = []
         self._oldest_deadline = math.inf
 
-    def add(self, message: ReceivedMessage, op: list[Any], lock_deadline: float, now: float) -> Flush:
+    def add(self, message: ReceivedMessage, op: Settlement, lock_deadline: float, now: float) -> Flush:
         """Buffer a settlement of a lock that expires at `lock_deadline` (epoch seconds, as `now`);
         says when to send the buffer."""
         with self._lock:
@@ -305,7 +306,7 @@ class SettlementBuffer:
                 return Flush.NOW
             return Flush.LATER if len(ops) == 1 else Flush.NONE
 
-    def drain(self) -> list[list[Any]]:
+    def drain(self) -> list[Settlement]:
         """Take every buffered settlement."""
         with self._lock:
             ops, self._ops = self._ops, []

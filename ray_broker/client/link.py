@@ -14,6 +14,7 @@ from ..config import NamespaceConfig
 from ..errors import OperationTimeoutError, unwrap_remote_error
 from ..routing.health import RETRY_BACKOFF
 from ..routing.ray_channel import GONE_FOR_GOOD
+from ..wire import encode_router_args
 from .core import CALL_GRACE_S
 
 
@@ -109,10 +110,12 @@ class GatewayLink:
             await asyncio.sleep(delay)
 
     def _submit(self, operation: str, args: tuple[Any, ...]) -> Any:
-        """Send one call to the gateway; a waiting one carries this process's `caller_token`."""
+        """Send one call to the gateway, its records as lists (`wire.encode_router_args`); a waiting
+        one carries this process's `caller_token`."""
+        wired = encode_router_args(operation, args)
         if operation in WAITING_OPERATIONS:
-            return self.handle().call.remote(operation, *args, caller=caller_token())
-        return self.handle().call.remote(operation, *args)
+            return self.handle().call.remote(operation, *wired, caller=caller_token())
+        return self.handle().call.remote(operation, *wired)
 
     def _retry_delay(self, exc: BaseException, ref: Any, operation: str, timeout: float, deadline: float,
                      attempt: int) -> float:

@@ -15,6 +15,7 @@ from ..clock import to_datetime
 from ..errors import InvalidOperationError, MessageAlreadySettled
 from ..message import ReceivedMessage
 from ..sku import Sku
+from ..wire import HeldSession, SessionRef
 from .core import (
     NEXT_AVAILABLE_SESSION,
     Flush,
@@ -37,20 +38,6 @@ OP_TIMEOUT_S = 60.0
 """How long a receiver's calls (other than receives) wait."""
 
 
-class SessionLock:
-    """A held session's lock as the broker granted it; `wire` travels with the receiver's calls."""
-
-    def __init__(self, wire: dict[str, Any]) -> None:
-        self.wire = wire
-        self.session_id: str = wire["session_id"]
-        self.locked_until: float = float(wire["locked_until"])
-
-    def renewed(self, until: float) -> None:
-        """Record a renewal that extended the lock to `until` (epoch seconds)."""
-        self.locked_until = until
-        self.wire["locked_until"] = until
-
-
 class ReceiverBase:
     """A receiver's state and flows; its subclasses add the calls.
 
@@ -69,9 +56,10 @@ class ReceiverBase:
         self._target = target
         self._key = uuid.uuid4().hex
         self._closed = False
-        self._session: SessionLock | None = None
+        self._session: HeldSession | None = None
+        """The session lock held, as the broker granted it and renewed it, with the highest
+        sequence number received in it (`seen`); it travels with the receiver's calls."""
         self._peek_from = 0
-        self._session_seen = 0
         self._settlements = SettlementBuffer()
         self.entity_path = target.entity
         self.receive_mode = target.mode
@@ -101,8 +89,8 @@ class ReceiverBase:
                 renewer.register(self, renewable)
         return messages
 
-    def _session_wire(self) -> dict[str, Any] | None:
-        return None if self._session is None else self._session.wire
+    def _session_ref(self) -> SessionRef | None:
+        return None if self._session is None else self._session.ref
 
     # ------------------------------------------------------------------ lifetime
 
@@ -114,7 +102,7 @@ class ReceiverBase:
             return
         wanted = None if target.session_id is NEXT_AVAILABLE_SESSION else target.session_id
         lock = yield request("accept_session", target.entity, wanted, target.max_wait_time, timeout=target.max_wait_time)
-        self._session = SessionLock(lock)
+        self._session = HeldSession.granted(lock)
 
     def _close(self) -> Flow[None]:
         """Send pending settlements, then release what the receiver holds and its session lock."""
@@ -124,7 +112,7 @@ class ReceiverBase:
         self._closed = True
         yield request("close_receiver", self._key, timeout=OP_TIMEOUT_S)
         if self._session is not None:
-            yield request("session_call", self._target.entity, self._session.wire, "release_session",
+            yield request("session_call", self._target.entity, self._session, "release_session",
                           timeout=OP_TIMEOUT_S)
         self._settlements.raise_deferred()
 
@@ -136,7 +124,7 @@ class ReceiverBase:
         if not ops:
             return
         try:
-            results = yield request("settle", self._target.entity, self._target.subq, self._session_wire(), ops,
+            results = yield request("settle", self._target.entity, self._target.subq, self._session, ops,
                                     OP_TIMEOUT_S, timeout=OP_TIMEOUT_S)
         except Exception as exc:  # noqa: BLE001 - kept and raised by the receiver's next operation
             self._settlements.fail(exc, len(ops))
@@ -171,7 +159,7 @@ class ReceiverBase:
         target = self._target
         wait = wait_seconds(max_wait_time, target.max_wait_time)
         yield from self._open()
-        session = None if self._session is None else dict(self._session.wire, seen=self._session_seen)
+        session = self._session
         ops = self._settlements.drain()
         try:
             reply = yield request("receive", self._key, target.entity, target.subq, target.mode.value, session, count,
@@ -182,8 +170,9 @@ class ReceiverBase:
             raise
         self._settlements.record(reply["settled"])
         messages = self._received(reply["messages"])
-        if messages and session is not None:
-            self._session_seen = max(self._session_seen, max(m.sequence_number for m in messages))
+        if messages and self._session is not None:
+            self._session = self._session._replace(
+                seen=max(self._session.seen, max(m.sequence_number for m in messages)))
         return messages
 
     def _receive_deferred(self, sequence_numbers: int | list[int]) -> Flow[list[ReceivedMessage]]:
@@ -195,7 +184,7 @@ class ReceiverBase:
         yield from self._open()
         target = self._target
         records = yield request("receive_deferred", target.entity, target.subq, target.mode.value,
-                                self._session_wire(), seqs, OP_TIMEOUT_S, timeout=OP_TIMEOUT_S)
+                                self._session, seqs, OP_TIMEOUT_S, timeout=OP_TIMEOUT_S)
         return self._received(records)
 
     def _peek(self, max_message_count: int, sequence_number: int,
@@ -207,7 +196,7 @@ class ReceiverBase:
         start = check_sequence_number(sequence_number) or self._peek_from
         end = None if end_sequence_number is None else check_sequence_number(end_sequence_number)
         yield from self._open()
-        records = yield request("peek", self._target.entity, self._target.subq, self._session_wire(), start, count,
+        records = yield request("peek", self._target.entity, self._target.subq, self._session, start, count,
                                 end, timeout=OP_TIMEOUT_S)
         messages = [ReceivedMessage(r, peeked=True) for r in records]
         if messages:
@@ -235,7 +224,7 @@ class ReceiverBase:
         session_until = None if self._session is None else self._session.locked_until
         op = settlement_op(message, action, self._key, self._closed, reason, description, session_until, time.time())
         yield from transaction._stage_settlement(self._link, self._target.entity, self._target.subq,
-                                                 self._session_wire(), message, op)
+                                                 self._session_ref(), message, op)
 
     def _check_message_locks(self) -> None:
         """Raise unless this receiver's messages have locks of their own to renew."""
@@ -267,7 +256,7 @@ class ReceiverBase:
             yield from self._before_operation()
         yield from self._open()
         assert self._session is not None, "only session receivers have a session"
-        return (yield request("session_call", self._target.entity, self._session.wire, operation, *args,
+        return (yield request("session_call", self._target.entity, self._session, operation, *args,
                               timeout=OP_TIMEOUT_S))
 
     def _set_session_state(self, state: bytes | str | None) -> Flow[None]:
@@ -277,7 +266,7 @@ class ReceiverBase:
         """Extend the session lock; returns its new expiry (epoch seconds)."""
         until = float((yield from self._session_call("renew_session", send_buffered=send_buffered)))
         assert self._session is not None
-        self._session.renewed(until)
+        self._session = self._session._replace(locked_until=until)
         return until
 
     def _renewal(self, renewable: Renewable) -> Flow[float]:

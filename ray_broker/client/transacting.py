@@ -18,6 +18,7 @@ from ..message import ReceivedMessage
 from ..protocol import MAX_TRANSACTION_OPERATIONS, TRANSACTION_TIMEOUT_S
 from ..routing import planner
 from ..sku import Sku
+from ..wire import Send, SessionRef, Settle, Settlement, TransactionOperation
 from .core import apply_settlement
 from .flow import Flow, Link, request
 
@@ -63,7 +64,7 @@ class TransactionBase:
         self._key: tuple[str, str] | None = None
         self._partition: tuple[int, str] | None = None
         self._deadline: float | None = None
-        self._operations: list[list[Any]] = []
+        self._operations: list[TransactionOperation] = []
         self._operation_count = 0
         self._settlements: list[tuple[ReceivedMessage, str]] = []
         self._definitions: dict[str, dict[str, Any]] = {}
@@ -144,10 +145,10 @@ class TransactionBase:
         first = keys[0]
         partition = -1 if first is None else planner.key_partition(definition, first[0], self._partition_count)
         self._pin(keys, partition, definition["name"], f"a message sent to {definition['name']!r}")
-        self._operations.append(["send", definition["name"], envelopes])
+        self._operations.append(Send(definition["name"], envelopes))
 
-    def _stage_settlement(self, link: Link, entity: str, subq: int, session: dict[str, Any] | None,
-                          message: ReceivedMessage, op: list[Any]) -> Flow[None]:
+    def _stage_settlement(self, link: Link, entity: str, subq: int, session: SessionRef | None,
+                          message: ReceivedMessage, op: Settlement) -> Flow[None]:
         """Add the settlement `op` of `message` (checked by its receiver) to the transaction; the
         message counts as settled until the transaction rolls back."""
         self._check_usable(link)
@@ -156,9 +157,9 @@ class TransactionBase:
         key = transaction_key({field: getattr(message, field) for field, _ in _KEY_FIELDS})
         self._pin([key], partition, definition["name"],
                   f"message {message.sequence_number} of {definition['name']!r}")
-        self._operations.append(["settle", definition["name"], subq, session, [op]])
-        self._settlements.append((message, op[0]))
-        if op[0] != "renew":
+        self._operations.append(Settle(definition["name"], subq, [op], session))
+        self._settlements.append((message, op.action))
+        if op.action != "renew":
             message._settled = True
 
     # ------------------------------------------------------------------ outcome
@@ -179,7 +180,7 @@ class TransactionBase:
         self._outcome = "committed"
         settled = iter(self._settlements)
         for op, result in zip(self._operations, results):
-            if op[0] == "settle":
+            if isinstance(op, Settle):
                 message, action = next(settled)
                 apply_settlement(message, action, result[0])
 

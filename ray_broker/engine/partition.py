@@ -6,8 +6,8 @@ method commits to the store before it returns, so whatever it acknowledges survi
 Times are epoch seconds; lock tokens are 16 random bytes.
 
 The operations live in `catalog`, `sending`, `receiving`, `settling`, `sessions`,
-`scheduling`, `topics`, `transactions` and `outbox`, each over the shared `PartitionState`; this class is the table of them that the
-partition actor exposes by name.
+`scheduling`, `topics`, `transactions` and `outbox`, each over the shared `PartitionState`; this class is
+their facade, and `operations` maps each partition request (`ray_broker.wire`) onto it.
 """
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from ..protocol import (
     SCHEDULED,
     TRANSFER_DEAD_LETTER,
 )
+from ..wire import SessionRef, Send, Settlement, TransactionOperation
 from . import catalog, outbox, receiving, scheduling, sending, sessions, settling, topics, transactions
 from .state import PartitionState
 from .store import Store
@@ -146,7 +147,7 @@ class PartitionEngine:
         scheduling.cancel_scheduled(self.state, entity, sequence_numbers)
 
     def receive(self, entity: str, subq: int, max_count: int, mode: str = PEEK_LOCK,
-                session: tuple[str, bytes] | None = None, session_seen: int | None = None) -> dict[str, Any]:
+                session: SessionRef | None = None, session_seen: int | None = None) -> dict[str, Any]:
         """Take up to `max_count` available messages in sequence order: `{"messages", "more"}`.
 
         See `receiving.receive`.
@@ -157,9 +158,9 @@ class PartitionEngine:
         """Whether a receive could get a message now (for a session, or any unlocked session)."""
         return receiving.has_available(self.state, entity, subq, session_id, free_session)
 
-    def settle(self, entity: str, subq: int, ops: Sequence[Sequence[Any]],
-               session: tuple[str, bytes] | None = None) -> list[Any]:
-        """Apply settlements `(action, sequence_number, lock_token[, reason, description])`.
+    def settle(self, entity: str, subq: int, ops: Sequence[Settlement],
+               session: SessionRef | None = None) -> list[Any]:
+        """Apply settlements (under the held session lock `session`, for a session's messages).
 
         Returns one result per op: None on success, the new lock expiry for `renew`, or the
         `ServiceBusError` that op met (the others still apply).
@@ -167,7 +168,7 @@ class PartitionEngine:
         return settling.settle(self.state, entity, subq, ops, session)
 
     def receive_deferred(self, entity: str, subq: int, sequence_numbers: Iterable[int], mode: str = PEEK_LOCK,
-                         session: tuple[str, bytes] | None = None) -> list[dict[str, Any]]:
+                         session: SessionRef | None = None) -> list[dict[str, Any]]:
         """Receive deferred messages by sequence number (locked, or removed in receive-and-delete)."""
         return receiving.receive_deferred(self.state, entity, subq, sequence_numbers, mode, session)
 
@@ -180,13 +181,13 @@ class PartitionEngine:
     # ------------------------------------------------------------------ transactions and forwarding
 
     def commit_transaction(self, transaction_id: str, deadline: float,
-                           operations: Sequence[Sequence[Any]]) -> list[Any]:
+                           operations: Sequence[TransactionOperation]) -> list[Any]:
         """Apply a transaction's operations in one store transaction: all or nothing.
 
-        Each operation is `["send", entity, envelopes]` or `["settle", entity, subq, ops,
-        session]` (as `send` and `settle` take them); the results come back in order. A settlement
-        that fails fails the whole commit, as does a deadline (epoch seconds) already past. A
-        repeated commit of the same `transaction_id` answers with the first results.
+        Each operation is a `Send` or a `Settle` (applied as `send` and `settle` apply them); the
+        results come back in order. A settlement that fails fails the whole commit, as does a
+        deadline (epoch seconds) already past. A repeated commit of the same `transaction_id`
+        answers with the first results.
         """
         state = self.state
         with self.unit_of_work():
@@ -196,10 +197,10 @@ class PartitionEngine:
             transactions.check(state, transaction_id, deadline, operations)
             results: list[Any] = []
             for op in operations:
-                if op[0] == "send":
-                    results.append(sending.send(state, op[1], op[2]))
+                if isinstance(op, Send):
+                    results.append(sending.send(state, op.entity, op.envelopes))
                     continue
-                outcome = settling.settle(state, op[1], op[2], op[3], op[4])
+                outcome = settling.settle(state, op.entity, op.subq, op.settlements, op.session)
                 failed = next((r for r in outcome if isinstance(r, BaseException)), None)
                 if failed is not None:
                     raise failed

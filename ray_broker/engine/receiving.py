@@ -6,6 +6,7 @@ from typing import Any, Iterable
 
 from ..errors import MessageNotFoundError
 from ..protocol import DEFERRED, PEEK_LOCK, RECEIVE_AND_DELETE
+from ..wire import SessionRef
 from . import messages
 from .queries import MessageRow, lock_token
 from .state import Fragment, PartitionState
@@ -15,7 +16,7 @@ END_OF_SEQUENCES = (1 << 63) - 1
 
 
 def receive(state: PartitionState, entity: str, subq: int, max_count: int, mode: str = PEEK_LOCK,
-            session: tuple[str, bytes] | None = None, session_seen: int | None = None) -> dict[str, Any]:
+            session: SessionRef | None = None, session_seen: int | None = None) -> dict[str, Any]:
     """Take up to `max_count` available messages in sequence order.
 
     Returns `{"messages": [record, ...], "more": bool}`; `more` says whether further messages
@@ -98,7 +99,7 @@ def _with_unseen(state: PartitionState, frag: Fragment, subq: int, max_count: in
 
 
 def receive_deferred(state: PartitionState, entity: str, subq: int, sequence_numbers: Iterable[int],
-                     mode: str = PEEK_LOCK, session: tuple[str, bytes] | None = None) -> list[dict[str, Any]]:
+                     mode: str = PEEK_LOCK, session: SessionRef | None = None) -> list[dict[str, Any]]:
     """Receive deferred messages by sequence number (locked, or removed in receive-and-delete).
     A deferred message is never part of a run: deferring cuts it out."""
     frag = state.fragment(entity)

@@ -5,14 +5,15 @@ from typing import Any, Sequence
 
 from ..errors import InvalidOperationError, MessageLockLostError, ServiceBusError, SessionLockLostError
 from ..protocol import ACTIVE, MAIN, SETTLE_ACTIONS
+from ..wire import SessionRef, Settlement
 from . import messages
 from .queries import LockState
 from .state import Fragment, PartitionState
 
 
-def settle(state: PartitionState, entity: str, subq: int, ops: Sequence[Sequence[Any]],
-           session: tuple[str, bytes] | None = None) -> list[Any]:
-    """Apply settlements `(action, sequence_number, lock_token[, reason, description])`.
+def settle(state: PartitionState, entity: str, subq: int, ops: Sequence[Settlement],
+           session: SessionRef | None = None) -> list[Any]:
+    """Apply settlements (under the held session lock `session`, for a session's messages).
 
     Returns one result per op: None on success, the new lock expiry for `renew`, or the
     `ServiceBusError` that op met (the others still apply).
@@ -22,16 +23,16 @@ def settle(state: PartitionState, entity: str, subq: int, ops: Sequence[Sequence
     with state.store.transaction():
         if session is not None:
             try:
-                state.held_session(frag, session[0], session[1], now)
+                state.held_session(frag, session.session_id, session.lock_token, now)
             except SessionLockLostError as exc:
                 return [exc] * len(ops)
-        seqs = [int(op[1]) for op in ops]
+        seqs = [int(op.sequence_number) for op in ops]
         locks, whole = _rows_to_settle(state, frag, subq, ops, seqs, now, session)
         completed: dict[int, LockState] = {}
         settled: list[tuple[bytes, str]] = []
         results: list[Any] = []
         for index, (op, seq) in enumerate(zip(ops, seqs)):
-            action, token = op[0], op[2]
+            action, token = op.action, op.lock_token
             run = whole.get(index)
             if run is not None:
                 completed[run.id] = run
@@ -58,9 +59,9 @@ def settle(state: PartitionState, entity: str, subq: int, ops: Sequence[Sequence
     return results
 
 
-def _rows_to_settle(state: PartitionState, frag: Fragment, subq: int, ops: Sequence[Sequence[Any]],
+def _rows_to_settle(state: PartitionState, frag: Fragment, subq: int, ops: Sequence[Settlement],
                     seqs: list[int], now: float,
-                    session: tuple[str, bytes] | None) -> tuple[dict[int, LockState], dict[int, LockState]]:
+                    session: SessionRef | None) -> tuple[dict[int, LockState], dict[int, LockState]]:
     """The rows the settlements act on: `(locks, whole)`.
 
     `locks` holds, by sequence number, the messages stored as rows of their own; `whole`, by the
@@ -79,9 +80,9 @@ def _rows_to_settle(state: PartitionState, frag: Fragment, subq: int, ops: Seque
         row, offset = found
         if row.span == 1:
             locks[seq] = row
-        elif _held(row, offset, subq, op[2], now, session):
+        elif _held(row, offset, subq, op.lock_token, now, session):
             runs[row.id] = row
-            held.setdefault(row.id, {}).setdefault(offset, []).append((index, op[0]))
+            held.setdefault(row.id, {}).setdefault(offset, []).append((index, op.action))
     whole: dict[int, LockState] = {}
     for run_id, by_offset in held.items():
         run = runs[run_id]
@@ -97,7 +98,7 @@ def _rows_to_settle(state: PartitionState, frag: Fragment, subq: int, ops: Seque
 
 
 def _held(lock: LockState, offset: int, subq: int, token: bytes | None, now: float,
-          session: tuple[str, bytes] | None) -> bool:
+          session: SessionRef | None) -> bool:
     """Whether `token` holds the lock on the message at `offset` in a row of sub-queue `subq` (a
     session's lock covers its messages, so their own expiry does not count)."""
     return (token is not None and messages.message_token(lock, offset) == token and lock.subq == subq
@@ -116,10 +117,10 @@ def _without_lock(state: PartitionState, frag: Fragment, action: str, seq: int, 
                       "or the message was settled or received again); receive the message again", frag.name)
 
 
-def _apply(state: PartitionState, frag: Fragment, op: Sequence[Any], lock: LockState, locks: dict[int, LockState],
-           now: float, session: tuple[str, bytes] | None) -> float | None:
+def _apply(state: PartitionState, frag: Fragment, op: Settlement, lock: LockState, locks: dict[int, LockState],
+           now: float, session: SessionRef | None) -> float | None:
     """Apply a settlement other than complete to a held lock; the new expiry for a renew."""
-    action, q = op[0], state.queries
+    action, q = op.action, state.queries
     if action not in SETTLE_ACTIONS:
         locks[lock.seq] = lock
         raise InvalidOperationError(f"unknown settlement {action!r}")
@@ -137,7 +138,7 @@ def _apply(state: PartitionState, frag: Fragment, op: Sequence[Any], lock: LockS
             locks[lock.seq] = lock
             raise state.error(InvalidOperationError, f"message {lock.seq} is already in a dead-letter queue of "
                               f"{frag.name!r}; complete it instead", frag.name)
-        state.dead_letter(frag.key, lock.id, 1, op[3] if len(op) > 3 else None, op[4] if len(op) > 4 else None)
+        state.dead_letter(frag.key, lock.id, 1, op.reason, op.description)
     else:
         if session is not None:
             locks[lock.seq] = lock

@@ -27,6 +27,7 @@ from ..filters import compile_rules
 from ..protocol import DEAD_LETTER, MAIN
 from ..routing import COUNTER_BITS
 from ..routing.planner import home
+from ..wire import SessionRef
 from . import fanout
 from .queries import DueMessage, MessageRow, Queries, row_id
 from .store import Store
@@ -360,7 +361,7 @@ class PartitionState:
     # ------------------------------------------------------------------ sessions
 
     def check_session(self, frag: Fragment, subq: int,
-                      session: tuple[str, bytes] | None) -> tuple[str, float] | tuple[None, None]:
+                      session: SessionRef | None) -> tuple[str, float] | tuple[None, None]:
         """Validate the receiver's session against the entity; return the session id to filter on
         and its lock expiry (both None for a receiver without a session)."""
         needs_session = bool(frag.options["requires_session"]) and subq == MAIN
@@ -373,8 +374,7 @@ class PartitionState:
         if not needs_session:
             raise self.error(InvalidOperationError, f"entity {frag.name!r} does not require sessions; open a receiver "
                              "without session_id", frag.name)
-        session_id, token = session
-        return session_id, self.held_session(frag, session_id, token, self.clock.now())
+        return session.session_id, self.held_session(frag, session.session_id, session.lock_token, self.clock.now())
 
     def held_session(self, frag: Fragment, session_id: str, token: bytes, now: float) -> float:
         """The expiry of a session lock held with `token`; `SessionLockLostError` if it is not held."""

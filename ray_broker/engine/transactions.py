@@ -13,14 +13,13 @@ from typing import Any, Sequence
 from .. import codec
 from ..errors import InvalidArgumentError, InvalidOperationError, TransactionTimeoutError
 from ..protocol import MAX_TRANSACTION_OPERATIONS
+from ..wire import Send, Settle, TransactionOperation
 from .state import PartitionState
 
-OPERATION_KINDS = ("send", "settle")
 
-
-def operation_count(operations: Sequence[Sequence[Any]]) -> int:
+def operation_count(operations: Sequence[TransactionOperation]) -> int:
     """How many operations a commit holds: each message sent and each settlement counts once."""
-    return sum(len(op[2]) if op[0] == "send" else len(op[3]) for op in operations)
+    return sum(len(op.envelopes) if isinstance(op, Send) else len(op.settlements) for op in operations)
 
 
 def recorded(state: PartitionState, transaction_id: str) -> list[Any] | None:
@@ -33,10 +32,8 @@ def check(state: PartitionState, transaction_id: Any, deadline: Any, operations:
     """Refuse a commit that is malformed, too large or past its deadline (epoch seconds)."""
     if not isinstance(transaction_id, str) or not transaction_id:
         raise state.error(InvalidArgumentError, f"a transaction id must be a non-empty str, got {transaction_id!r}")
-    if not isinstance(operations, (list, tuple)) or not all(
-            isinstance(op, (list, tuple)) and op and op[0] in OPERATION_KINDS for op in operations):
-        raise state.error(InvalidArgumentError, "a transaction's operations must be lists starting with one of "
-                          f"{', '.join(OPERATION_KINDS)}")
+    if not isinstance(operations, (list, tuple)) or not all(isinstance(op, (Send, Settle)) for op in operations):
+        raise state.error(InvalidArgumentError, "a transaction's operations must be Send and Settle requests")
     count = operation_count(operations)
     if count > MAX_TRANSACTION_OPERATIONS:
         raise state.error(InvalidOperationError, f"the transaction holds {count} operations; at most "

@@ -1,6 +1,6 @@
 """The partition-call interface a router talks to; imports no Ray.
 
-A channel runs engine operations on partition `index` and reports the outcome in two kinds: an
+A channel runs partition requests (`ray_broker.wire`) on partition `index` and reports the outcome in two kinds: an
 engine error (a typed `ServiceBusError`, raised as it is: the partition answered) or
 `PartitionUnavailable` (it did not answer: dead, restarting, or too slow). The Ray channel
 (`routing.ray_channel`) calls partition actors; the stub channel of the tests calls engines in
@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Any, Protocol, Sequence
 
-Call = tuple[str, tuple[Any, ...]]
-"""One engine operation: its name and positional arguments."""
-Request = tuple[int, Sequence[Call]]
-"""The calls of one round trip to a partition: its index and the operations, in order."""
+from ..wire import PartitionRequest, SessionRef
+
+Request = tuple[int, Sequence[PartitionRequest]]
+"""One round trip to a partition: its index and the requests it runs, in order."""
 
 
 class PartitionUnavailable(Exception):
@@ -38,7 +38,7 @@ class PartitionChannel(Protocol):
 
     partition_count: int
 
-    async def call(self, index: int, calls: Sequence[Call], timeout: float) -> list[Any]:
+    async def call(self, index: int, calls: Sequence[PartitionRequest], timeout: float) -> list[Any]:
         """Run `calls` on partition `index` in one round trip, in order; one result per call.
 
         Raises the first engine error, or `PartitionUnavailable` when no answer came in `timeout`.
@@ -58,7 +58,7 @@ class PartitionChannel(Protocol):
         ...
 
     async def receive_waiting(self, index: int, receiver_id: str, entity: str, subq: int, max_count: int, mode: str,
-                              session: tuple[str, bytes] | None, seen: int | None,
+                              session: SessionRef | None, seen: int | None,
                               timeout: float) -> dict[str, Any]:
         """A receive on partition `index` that waits up to `timeout` for messages and returns them
         locked for `receiver_id` (`{"messages": [...], "more": bool}`; empty after the timeout)."""

@@ -18,7 +18,16 @@ from .channel import PartitionUnavailable
 from .definitions import Definitions
 from .reaching import ATTEMPT_TIMEOUT_S, PartitionReach
 from .receiving import RECEIVER_IDLE_S, Hints, ReceiverState, Watch, brought, releases
-from .rounds import RELEASING, ReceiveRounds, Session, session_args
+from ..wire import (
+    SESSION_OPERATIONS,
+    AcceptSession,
+    HeldSession,
+    Peek,
+    ReceiveDeferred,
+    Settle,
+    Settlement,
+)
+from .rounds import RELEASING, ReceiveRounds
 
 WATCH_TIMEOUT_S = 10.0
 """The longest one wait on a partition lasts before it is renewed."""
@@ -47,14 +56,14 @@ class ReceiveCoordinator:
         self._receivers: dict[str, ReceiverState] = {}
         self._background: set[asyncio.Future[Any]] = set()
 
-    def settlement_groups(self, definition: dict[str, Any], session: Session | None,
-                          ops: list[list[Any]]) -> dict[int, list[int]]:
+    def settlement_groups(self, definition: dict[str, Any], session: HeldSession | None,
+                          ops: list[Settlement]) -> dict[int, list[int]]:
         """Positions of settlements grouped by the partition holding each one's message."""
-        return planner.group_by_sequence(definition, [op[1] for op in ops], self._reach.count,
-                                         None if session is None else session["partition"])
+        return planner.group_by_sequence(definition, [op.sequence_number for op in ops], self._reach.count,
+                                         None if session is None else session.partition)
 
-    async def receive(self, receiver_id: str, entity: str, subq: int, mode: str, session: Session | None,
-                      max_count: int, max_wait: float, prefetch: int, settlements: list[list[Any]],
+    async def receive(self, receiver_id: str, entity: str, subq: int, mode: str, session: HeldSession | None,
+                      max_count: int, max_wait: float, prefetch: int, settlements: list[Settlement],
                       partitions: Sequence[int] | None = None) -> dict[str, Any]:
         """Apply the settlements the call carries, then return up to `max_count` messages: from the
         receiver's cache, then from every partition (of `partitions`, when given) known (or not yet
@@ -73,7 +82,7 @@ class ReceiveCoordinator:
         definition = await self._definitions.get(entity)
         state = self.receiver(receiver_id, entity, subq)
         state.harvest()
-        session_id = None if session is None else session["session_id"]
+        session_id = None if session is None else session.session_id
         hosts = self.receive_hosts(definition, session, partitions)
         hints = self.hints.of(definition["name"], subq, session_id)
         job = ReceiveRounds(state, hints, entity, subq, mode, session, max_count, prefetch, settlements,
@@ -126,19 +135,19 @@ class ReceiveCoordinator:
 
     @staticmethod
     def _returnable(out: list[tuple[int, dict[str, Any]]], mode: str,
-                    session: Session | None) -> list[tuple[int, dict[str, Any]]]:
+                    session: HeldSession | None) -> list[tuple[int, dict[str, Any]]]:
         """The messages of a receive that never reached its caller that go back to the entity: locked
         ones (receive-and-delete removed its messages), and not a session's (a session receiver's
         next receive hands those out again, in order)."""
         return out if mode == PEEK_LOCK and session is None else []
 
-    def receive_hosts(self, definition: dict[str, Any], session: Session | None,
+    def receive_hosts(self, definition: dict[str, Any], session: HeldSession | None,
                       partitions: Sequence[int] | None = None) -> list[int]:
         """The partitions a receive reads: a held session's, else every one holding the entity (of
         `partitions`, when given: indexes as sequence numbers name them, so a non-partitioned
         entity's home is 0)."""
         if session is not None:
-            return [session["partition"]]
+            return [session.partition]
         hosts = planner.hosts(definition, self._reach.count)
         if partitions is None:
             return hosts
@@ -154,8 +163,8 @@ class ReceiveCoordinator:
         offset = next(self._spread) % len(ready) if ready else 0
         return sorted(ready[offset:] + ready[:offset], key=lambda k: k not in pending)[:need]
 
-    def _settle_groups(self, definition: dict[str, Any], subq: int, session: Session | None,
-                       ops: list[list[Any]], pending: dict[int, list[int]], results: list[Any],
+    def _settle_groups(self, definition: dict[str, Any], subq: int, session: HeldSession | None,
+                       ops: list[Settlement], pending: dict[int, list[int]], results: list[Any],
                        keep: set[int] | None) -> list[asyncio.Future[None]]:
         """Start settling every pending group except those of `keep`; each op's result lands in `results`."""
         deadline = self._reach.clock() + SETTLE_TIMEOUT_S
@@ -170,13 +179,13 @@ class ReceiveCoordinator:
 
         return [asyncio.ensure_future(apply(k, pending.pop(k))) for k in [k for k in pending if not keep or k not in keep]]
 
-    async def _settle_on(self, k: int, definition: dict[str, Any], subq: int, session: Session | None,
-                         ops: list[list[Any]], deadline: float) -> list[Any]:
+    async def _settle_on(self, k: int, definition: dict[str, Any], subq: int, session: HeldSession | None,
+                         ops: list[Settlement], deadline: float) -> list[Any]:
         name = definition["name"]
-        replies = await self._reach.keyed(k, "settle", name, subq, ops, session_args(session), deadline=deadline,
-                                          entity=name)
-        if any(op[0] in RELEASING for op in ops):
-            self.hints.of(name, subq, None if session is None else session["session_id"])[k] = True
+        replies = await self._reach.keyed(k, Settle(name, subq, ops, None if session is None else session.ref),
+                                          deadline=deadline, entity=name)
+        if any(op.action in RELEASING for op in ops):
+            self.hints.of(name, subq, None if session is None else session.session_id)[k] = True
         return replies  # type: ignore[no-any-return]
 
     def receiver(self, receiver_id: str, entity: str, subq: int) -> ReceiverState:
@@ -278,7 +287,7 @@ class ReceiveCoordinator:
             self.hints.of(entity, subq, session_id)[k] = available
         return available
 
-    async def settle(self, entity: str, subq: int, session: Session | None, ops: list[list[Any]],
+    async def settle(self, entity: str, subq: int, session: HeldSession | None, ops: list[Settlement],
                      timeout: float) -> list[Any]:
         """Apply settlements on the partitions holding the messages; one result per op, in order."""
         deadline = self._reach.clock() + timeout
@@ -304,7 +313,7 @@ class ReceiveCoordinator:
         watches, cached = state.detach()
         return await self._give_back(receiver_id, state.entity, state.subq, cached, watches)
 
-    async def receiver_gone(self, receiver_id: str, entity: str, subq: int, mode: str, session: Session | None,
+    async def receiver_gone(self, receiver_id: str, entity: str, subq: int, mode: str, session: HeldSession | None,
                             reply: dict[str, Any]) -> dict[str, Any]:
         """A receive's reply that its receiver, gone, will never get: the receiver is closed and the
         reply's locked messages released without counting a delivery (a session's are left to its
@@ -335,7 +344,7 @@ class ReceiveCoordinator:
             return 0
         deadline = self._reach.clock() + SETTLE_TIMEOUT_S
         groups = releases(held)
-        await asyncio.gather(*(self._reach.keyed(k, "settle", entity, subq, ops, None, deadline=deadline)
+        await asyncio.gather(*(self._reach.keyed(k, Settle(entity, subq, ops, None), deadline=deadline)
                                for k, ops in groups.items()), return_exceptions=True)
         self.hints.mark(entity, subq, None, groups, True)
         return len(held)
@@ -352,32 +361,33 @@ class ReceiveCoordinator:
         for receiver_id in [r for r, s in self._receivers.items() if s.last_used < cutoff]:
             await self.close_receiver(receiver_id)
 
-    async def receive_deferred(self, entity: str, subq: int, mode: str, session: Session | None,
+    async def receive_deferred(self, entity: str, subq: int, mode: str, session: HeldSession | None,
                                sequence_numbers: list[int], timeout: float) -> list[dict[str, Any]]:
         """Deferred messages by sequence number, from the partitions that hold them."""
         deadline = self._reach.clock() + timeout
         definition = await self._definitions.get(entity)
         groups = planner.group_by_sequence(definition, sequence_numbers, self._reach.count,
-                                           None if session is None else session["partition"])
+                                           None if session is None else session.partition)
         replies = await asyncio.gather(*(
-            self._reach.keyed(k, "receive_deferred", entity, subq, [sequence_numbers[i] for i in idx], mode,
-                              session_args(session), deadline=deadline, entity=entity) for k, idx in groups.items()))
+            self._reach.keyed(k, ReceiveDeferred(entity, subq, [sequence_numbers[i] for i in idx], mode,
+                                                 None if session is None else session.ref),
+                              deadline=deadline, entity=entity) for k, idx in groups.items()))
         by_seq = {r["sequence_number"]: dict(r, partition=k) for k, rs in zip(groups, replies) for r in rs}
         return [by_seq[s] for s in dict.fromkeys(sequence_numbers) if s in by_seq]
 
-    async def peek(self, entity: str, subq: int, session: Session | None, from_sequence: int,
+    async def peek(self, entity: str, subq: int, session: HeldSession | None, from_sequence: int,
                    max_count: int, to_sequence: int | None = None) -> list[dict[str, Any]]:
         """Browse messages in sequence-number order from `from_sequence` (up to `to_sequence`,
         exclusive, when given), across partitions in index order (those holding the range are all
         asked at once)."""
         definition = await self._definitions.get(entity)
         hosts = planner.peek_hosts(definition, self._reach.count, from_sequence,
-                                   None if session is None else session["partition"], to_sequence)
+                                   None if session is None else session.partition, to_sequence)
         deadline = self._reach.clock() + 30.0
-        session_id = None if session is None else session["session_id"]
+        session_id = None if session is None else session.session_id
         pages = await asyncio.gather(*(
-            self._reach.keyed(k, "peek", entity, subq, from_sequence if k == hosts[0] else (k << 48), max_count,
-                              session_id, to_sequence, deadline=deadline, entity=entity) for k in hosts))
+            self._reach.keyed(k, Peek(entity, subq, from_sequence if k == hosts[0] else (k << 48), max_count,
+                                      session_id, to_sequence), deadline=deadline, entity=entity) for k in hosts))
         return planner.merge_peeks(pages, max_count)
 
     async def accept_session(self, entity: str, session_id: str | None, max_wait: float) -> dict[str, Any]:
@@ -390,7 +400,7 @@ class ReceiveCoordinator:
                 entity=entity)
         if session_id is not None:
             k = planner.session_partition(definition, session_id, self._reach.count)
-            lock = await self._reach.keyed(k, "accept_session", entity, session_id,
+            lock = await self._reach.keyed(k, AcceptSession(entity, session_id),
                                            deadline=max(deadline, self._reach.clock() + 30.0), entity=entity)
             return dict(lock, partition=k)
         hosts = planner.hosts(definition, self._reach.count)
@@ -402,7 +412,7 @@ class ReceiveCoordinator:
                 if not self._reach.health.available(k, self._reach.clock()):
                     continue
                 try:
-                    lock = await self._reach.call_one(k, "accept_session", entity, None)
+                    lock = await self._reach.call_one(k, AcceptSession(entity, None))
                 except PartitionUnavailable:
                     continue
                 if lock is not None:
@@ -415,8 +425,8 @@ class ReceiveCoordinator:
             probed = True
             await self._wait_any(definition, MAIN, None, True, hosts, max(remaining, 0.0))
 
-    async def session_call(self, entity: str, session: Session, operation: str, *args: Any) -> Any:
+    async def session_call(self, entity: str, session: HeldSession, operation: str, *args: Any) -> Any:
         """Renew, release, or get/set the state of a held session."""
         deadline = self._reach.clock() + 30.0
-        return await self._reach.keyed(session["partition"], operation, entity, session["session_id"],
-                                       session["lock_token"], *args, deadline=deadline, entity=entity)
+        return await self._reach.keyed(session.partition, SESSION_OPERATIONS[operation](entity, session.ref, *args),
+                                       deadline=deadline, entity=entity)

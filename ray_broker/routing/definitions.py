@@ -5,6 +5,7 @@ from typing import Any
 
 from ..entities import SUBSCRIPTIONS_SEGMENT
 from ..errors import MessagingEntityNotFoundError
+from ..wire import GetEntity
 from .reaching import PartitionReach
 
 DEFINITION_TTL_S = 2.0
@@ -29,7 +30,7 @@ class Definitions:
         if cached is not None:
             return cached
         try:
-            definition = await self._reach.any("get_entity", name)
+            definition = await self._reach.any(GetEntity(name))
         except MessagingEntityNotFoundError:
             self._cached.pop(name.lower(), None)
             raise

@@ -20,7 +20,8 @@ from typing import Any, Sequence
 
 from .channel import PartitionUnavailable
 from .reaching import ATTEMPT_TIMEOUT_S
-from .rounds import ReceiveRounds, Session
+from ..wire import HeldSession, Settlement
+from .rounds import ReceiveRounds
 from .router import Router
 
 
@@ -77,8 +78,8 @@ class ReceiveRound:
         return {"messages": self.reply["messages"] + later["messages"], "settled": settled}
 
 
-def receive_now(router: Router, receiver_id: str, entity: str, subq: int, mode: str, session: Session | None,
-                max_count: int, prefetch: int, settlements: list[list[Any]],
+def receive_now(router: Router, receiver_id: str, entity: str, subq: int, mode: str, session: HeldSession | None,
+                max_count: int, prefetch: int, settlements: list[Settlement],
                 partitions: Sequence[int] | None = None) -> ReceiveRound | None:
     """One round of `router`'s receive on this thread: the receiver's cache, then the partitions
     known to hold messages, every carried settlement going in the same calls. Returns None (having
@@ -89,7 +90,7 @@ def receive_now(router: Router, receiver_id: str, entity: str, subq: int, mode: 
     state = receives.receiver(receiver_id, entity, subq)
     if definition is None or state.watches or state.busy:
         return None
-    session_id = None if session is None else session["session_id"]
+    session_id = None if session is None else session.session_id
     hosts = receives.receive_hosts(definition, session, partitions)
     hints = router.hints.of(definition["name"], subq, session_id)
     if not state.cache and not any(hints.get(k, True) for k in hosts):

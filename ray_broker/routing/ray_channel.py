@@ -22,7 +22,8 @@ from ray.exceptions import (
 
 from ..callers import caller_token
 from ..errors import unwrap_remote_error
-from .channel import Call, PartitionUnavailable, Request
+from ..wire import PartitionRequest, SessionRef, encode
+from .channel import PartitionUnavailable, Request
 
 GONE_FOR_GOOD: tuple[type[RayError], ...] = (ActorDiedError, ActorUnschedulableError, ActorPlacementGroupRemoved)
 """Ray's errors for an actor that is dead and that Ray will not restart: its callers have it made again."""
@@ -124,19 +125,19 @@ class RayChannel:
         self._dead: dict[int, Any] = {}
         """Each partition's handle last found dead for good: Ray sends no call on it."""
 
-    def _submit(self, index: int, calls: Sequence[Call]) -> tuple[Any, Any]:
-        """Send `calls` to partition `index`: the handle used, and the call's object ref."""
+    def _submit(self, index: int, calls: Sequence[PartitionRequest]) -> tuple[Any, Any]:
+        """Send `calls` to partition `index`, encoded (`wire.encode`): the handle used, and the
+        call's object ref."""
         handle = self.source.handle(index)
         if len(calls) == 1:
-            operation, args = calls[0]
-            return handle, handle.run.remote(operation, *args)
-        return handle, handle.run_batch.remote(list(calls))
+            return handle, handle.run.remote(*encode(calls[0]))
+        return handle, handle.run_batch.remote([encode(call) for call in calls])
 
     @staticmethod
-    def _results(calls: Sequence[Call], value: Any) -> list[Any]:
+    def _results(calls: Sequence[PartitionRequest], value: Any) -> list[Any]:
         return [value] if len(calls) == 1 else list(value)
 
-    async def call(self, index: int, calls: Sequence[Call], timeout: float) -> list[Any]:
+    async def call(self, index: int, calls: Sequence[PartitionRequest], timeout: float) -> list[Any]:
         """Run `calls` on partition `index` in one actor call; engine errors come back typed."""
         handle, ref = self._submit(index, calls)
         return self._results(calls, await self._await(index, handle, ref, timeout))
@@ -177,12 +178,13 @@ class RayChannel:
         return bool(await self._await(index, handle, ref, timeout + 5.0))
 
     async def receive_waiting(self, index: int, receiver_id: str, entity: str, subq: int, max_count: int, mode: str,
-                              session: tuple[str, bytes] | None, seen: int | None,
+                              session: SessionRef | None, seen: int | None,
                               timeout: float) -> dict[str, Any]:
         """A waiting receive on partition `index`: its reply carries the messages that woke it (to
         this process only while it lives: the call carries its `caller_token`)."""
         handle = self.source.handle(index)
-        ref = handle.receive_waiting.remote(receiver_id, entity, subq, max_count, mode, session, seen, timeout,
+        ref = handle.receive_waiting.remote(receiver_id, entity, subq, max_count, mode,
+                                            None if session is None else list(session), seen, timeout,
                                             caller_token())
         return dict(await self._await(index, handle, ref, timeout + 5.0))
 

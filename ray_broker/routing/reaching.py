@@ -10,7 +10,8 @@ import time
 from typing import Any, Awaitable, Callable, Sequence
 
 from ..errors import PartitionUnavailableError
-from .channel import Call, PartitionChannel, PartitionUnavailable
+from ..wire import PartitionRequest
+from .channel import PartitionChannel, PartitionUnavailable
 from .health import RETRY_BACKOFF, PartitionHealth
 
 ATTEMPT_TIMEOUT_S = 5.0
@@ -37,7 +38,8 @@ class PartitionReach:
         self.count = channel.partition_count
         self.health = PartitionHealth(self.count)
 
-    async def call(self, index: int, calls: Sequence[Call], timeout: float = ATTEMPT_TIMEOUT_S) -> list[Any]:
+    async def call(self, index: int, calls: Sequence[PartitionRequest],
+                   timeout: float = ATTEMPT_TIMEOUT_S) -> list[Any]:
         """One round trip to a partition; engine errors pass through, failures are recorded and raised
         as `PartitionUnavailable`."""
         try:
@@ -48,15 +50,15 @@ class PartitionReach:
         self.health.succeeded(index)
         return results
 
-    async def call_one(self, index: int, operation: str, *args: Any, timeout: float = ATTEMPT_TIMEOUT_S) -> Any:
-        """`call` with a single operation; returns its result."""
-        return (await self.call(index, [(operation, args)], timeout))[0]
+    async def call_one(self, index: int, request: PartitionRequest, timeout: float = ATTEMPT_TIMEOUT_S) -> Any:
+        """`call` with a single request; returns its result."""
+        return (await self.call(index, [request], timeout))[0]
 
-    async def keyed(self, index: int, operation: str, *args: Any, deadline: float, entity: str | None = None) -> Any:
+    async def keyed(self, index: int, request: PartitionRequest, *, deadline: float, entity: str | None = None) -> Any:
         """Call partition `index`, retrying it with back-off until `deadline`; never another partition."""
-        return (await self.keyed_calls(index, [(operation, args)], deadline=deadline, entity=entity))[0]
+        return (await self.keyed_calls(index, [request], deadline=deadline, entity=entity))[0]
 
-    async def keyed_calls(self, index: int, calls: Sequence[Call], *, deadline: float,
+    async def keyed_calls(self, index: int, calls: Sequence[PartitionRequest], *, deadline: float,
                           entity: str | None = None) -> list[Any]:
         """`keyed` with several operations in one round trip (one commit); results in order."""
         attempt = 0
@@ -74,18 +76,18 @@ class PartitionReach:
                         entity=entity, partition=index) from None
                 await self.sleep(delay)
 
-    async def everywhere(self, operation: str, *args: Any, deadline: float, entity: str | None = None) -> list[Any]:
-        """Run an operation on every partition (management), each retried until `deadline`."""
-        return list(await asyncio.gather(*(self.keyed(k, operation, *args, deadline=deadline, entity=entity)
+    async def everywhere(self, request: PartitionRequest, *, deadline: float, entity: str | None = None) -> list[Any]:
+        """Run a request on every partition (management), each retried until `deadline`."""
+        return list(await asyncio.gather(*(self.keyed(k, request, deadline=deadline, entity=entity)
                                             for k in range(self.count))))
 
-    async def any(self, operation: str, *args: Any, timeout: float = 30.0) -> Any:
-        """Run a read-only operation on the first partition that answers."""
+    async def any(self, request: PartitionRequest, timeout: float = 30.0) -> Any:
+        """Run a read-only request on the first partition that answers."""
         deadline = self.clock() + timeout
         while True:
             for k in self.health.order(list(range(self.count)), self.clock()):
                 try:
-                    return await self.call_one(k, operation, *args, timeout=deadline - self.clock())
+                    return await self.call_one(k, request, timeout=deadline - self.clock())
                 except PartitionUnavailable:
                     if self.clock() >= deadline:
                         break

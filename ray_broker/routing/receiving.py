@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from ..protocol import MAIN
+from ..wire import Settlement
 
 LOCK_MARGIN_S = 0.5
 """A cached message whose lock ends sooner than this is not handed out (it will come back)."""
@@ -24,14 +25,14 @@ def brought(watches: Iterable[Watch]) -> list[tuple[int, dict[str, Any]]]:
             for pair in task.result()]
 
 
-def release_op(record: dict[str, Any]) -> list[Any]:
+def release_op(record: dict[str, Any]) -> Settlement:
     """The "release" settlement (which counts no delivery) of one locked message."""
-    return ["release", record["sequence_number"], record["lock_token"]]
+    return Settlement("release", record["sequence_number"], record["lock_token"])
 
 
-def releases(held: Iterable[tuple[int, dict[str, Any]]]) -> dict[int, list[list[Any]]]:
+def releases(held: Iterable[tuple[int, dict[str, Any]]]) -> dict[int, list[Settlement]]:
     """`release_op`s for locked messages, grouped by partition."""
-    ops: dict[int, list[list[Any]]] = {}
+    ops: dict[int, list[Settlement]] = {}
     for k, record in held:
         ops.setdefault(k, []).append(release_op(record))
     return ops

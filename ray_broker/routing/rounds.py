@@ -19,25 +19,19 @@ from typing import Any, Iterator, Sequence
 
 from ..protocol import MAIN, PEEK_LOCK
 from . import planner
-from .channel import Call, PartitionUnavailable
+from ..wire import HeldSession, PartitionRequest, Receive, Send, Settle, Settlement
+from .channel import PartitionUnavailable
 from .health import PartitionHealth
 from .receiving import Hints, ReceiverState
 
-Session = dict[str, Any]
-"""A held session lock as clients carry it: `session_id`, `lock_token`, `partition`, `seen`."""
 RELEASING = ("abandon", "release")
 """Settlements that make a message available again."""
 
 
-def session_args(session: Session | None) -> tuple[str, bytes] | None:
-    """A held session as partitions take it: `(session_id, lock_token)`, or None."""
-    return None if session is None else (session["session_id"], session["lock_token"])
-
-
-def settle_call(entity: str, subq: int, settlements: list[list[Any]], positions: list[int],
-                session: Session | None) -> Call:
-    """The partition call applying the settlements at `positions`."""
-    return "settle", (entity, subq, [settlements[i] for i in positions], session_args(session))
+def settle_call(entity: str, subq: int, settlements: list[Settlement], positions: list[int],
+                session: HeldSession | None) -> Settle:
+    """The partition request applying the settlements at `positions`."""
+    return Settle(entity, subq, [settlements[i] for i in positions], None if session is None else session.ref)
 
 
 # ---------------------------------------------------------------------------- sending
@@ -64,16 +58,16 @@ class SendPlan:
     keyed: dict[int, list[tuple[int, list[int]]]]
     unkeyed: list[UnkeyedPart]
 
-    def keyed_calls(self, k: int) -> list[Call]:
-        """The calls of partition `k`'s keyed parts, each batch's under its own tag."""
-        return [("send", (self.entity, [self.batches[b][0][i] for i in indexes], self.batches[b][1]))
+    def keyed_calls(self, k: int) -> list[PartitionRequest]:
+        """The requests of partition `k`'s keyed parts, each batch's under its own tag."""
+        return [Send(self.entity, [self.batches[b][0][i] for i in indexes], self.batches[b][1])
                 for b, indexes in self.keyed[k]]
 
-    def unkeyed_call(self, part: UnkeyedPart) -> Call:
-        """The call of an unkeyed part (the same on every partition it is tried on)."""
-        return "send", (self.entity, [self.batches[part.batch][0][i] for i in part.indexes], part.tag)
+    def unkeyed_call(self, part: UnkeyedPart) -> Send:
+        """The request of an unkeyed part (the same on every partition it is tried on)."""
+        return Send(self.entity, [self.batches[part.batch][0][i] for i in part.indexes], part.tag)
 
-    def single(self) -> tuple[int, Call, list[int]] | None:
+    def single(self) -> tuple[int, PartitionRequest, list[int]] | None:
         """The whole send as one call to one partition, when it is that: `(partition, call, indexes)`."""
         if len(self.batches) != 1 or len(self.keyed) + len(self.unkeyed) != 1:
             return None
@@ -121,7 +115,7 @@ class RoundCall:
     carries, and whether it receives (else it only settles)."""
 
     partition: int
-    calls: list[Call]
+    calls: list[PartitionRequest]
     carried: list[int]
     receives: bool
 
@@ -145,7 +139,7 @@ class ReceiveRounds:
     """
 
     def __init__(self, state: ReceiverState, hints: dict[int, bool], entity: str, subq: int, mode: str,
-                 session: Session | None, max_count: int, prefetch: int, settlements: list[list[Any]],
+                 session: HeldSession | None, max_count: int, prefetch: int, settlements: list[Settlement],
                  pending: dict[int, list[int]], wall_now: float) -> None:
         self.state = state
         self.hints = hints
@@ -177,13 +171,14 @@ class ReceiveRounds:
         need = self.wanted
         shares = [need // len(chosen) + (1 if j < need % len(chosen) else 0) for j in range(len(chosen))] if chosen else []
         extra = max(0, self.prefetch - len(self.state.cache)) if self.mode == PEEK_LOCK else 0
-        seen = 0 if self.session is None else self.state.highest_sequence(int(self.session.get("seen", 0)))
+        seen = 0 if self.session is None else self.state.highest_sequence(self.session.seen)
+        ref = None if self.session is None else self.session.ref
         out = []
         for j, (k, share) in enumerate(zip(chosen, shares)):
             carried = self.pending.pop(k, [])
-            calls = [settle_call(self.entity, self.subq, self.settlements, carried, self.session)] if carried else []
-            calls.append(("receive", (self.entity, self.subq, share + (extra if j == 0 else 0), self.mode,
-                                      session_args(self.session), seen)))
+            calls: list[PartitionRequest] = \
+                [settle_call(self.entity, self.subq, self.settlements, carried, self.session)] if carried else []
+            calls.append(Receive(self.entity, self.subq, share + (extra if j == 0 else 0), self.mode, ref, seen))
             out.append(RoundCall(k, calls, carried, True))
         if settle_others:
             for k in list(self.pending):
@@ -217,7 +212,7 @@ class ReceiveRounds:
                         self.settled[i] = result
                 if call.receives:
                     reply = outcome[-1]
-                    self.hints[k] = bool(reply["more"]) or any(self.settlements[i][0] in RELEASING
+                    self.hints[k] = bool(reply["more"]) or any(self.settlements[i].action in RELEASING
                                                                for i in call.carried)
                     fetched.append([(k, r) for r in reply["messages"]])
         self._hand_out(fetched)

@@ -15,7 +15,8 @@ from .definitions import Definitions
 from .health import RETRY_BACKOFF
 from .reaching import PartitionReach
 from .receiving import Hints
-from .rounds import SendPlan, UnkeyedPart, place, plan_send, session_args
+from ..wire import CancelScheduled, CommitTransaction, Send, TransactionOperation
+from .rounds import SendPlan, UnkeyedPart, place, plan_send
 
 UNKEYED_SETTLE_S = 10.0
 """How long an unkeyed tagged batch keeps to a partition that failed with it, maybe having stored
@@ -127,7 +128,7 @@ class Sends:
                     entity=plan.entity)
             await reach.sleep(0.05)
 
-    async def _settle_doubt(self, k: int, call: Any, deadline: float) -> list[int | None] | None:
+    async def _settle_doubt(self, k: int, call: Send, deadline: float) -> list[int | None] | None:
         """Retry a tagged batch on partition `k`, which failed with it, for up to `UNKEYED_SETTLE_S`:
         its reply (the first one, if `k` had stored the batch) or None if `k` stayed away."""
         reach = self._reach
@@ -144,20 +145,17 @@ class Sends:
         return None
 
     async def commit_transaction(self, index: int, transaction_id: str, deadline: float,
-                                 operations: list[list[Any]], timeout: float) -> list[Any]:
-        """Commit a transaction's operations on partition `index` (the one they are pinned to),
-        retried there until `timeout` (a repeat of a commit that took effect answers with its
-        results). Operations are `["send", entity, envelopes]` or `["settle", entity, subq,
-        session, ops]` with the session as clients carry it."""
-        calls = [op if op[0] == "send" else ["settle", op[1], op[2], op[4], session_args(op[3])]
-                 for op in operations]
-        return await self._reach.keyed(index, "commit_transaction", transaction_id, deadline,  # type: ignore[no-any-return]
-                                       calls, deadline=self._reach.clock() + timeout)
+                                 operations: list[TransactionOperation], timeout: float) -> list[Any]:
+        """Commit a transaction's operations (sends and settlements) on partition `index` (the one
+        they are pinned to), retried there until `timeout` (a repeat of a commit that took effect
+        answers with its results)."""
+        request = CommitTransaction(transaction_id, deadline, operations)
+        return await self._reach.keyed(index, request, deadline=self._reach.clock() + timeout)  # type: ignore[no-any-return]
 
     async def cancel_scheduled(self, entity: str, sequence_numbers: list[int], timeout: float) -> None:
         """Cancel scheduled messages on the partitions that hold them."""
         deadline = self._reach.clock() + timeout
         definition = await self._definitions.get(entity)
         groups = planner.group_by_sequence(definition, sequence_numbers, self._reach.count)
-        await asyncio.gather(*(self._reach.keyed(k, "cancel_scheduled", entity, [sequence_numbers[i] for i in idx],
+        await asyncio.gather(*(self._reach.keyed(k, CancelScheduled(entity, [sequence_numbers[i] for i in idx]),
                                                  deadline=deadline, entity=entity) for k, idx in groups.items()))

@@ -23,6 +23,7 @@ from hypothesis.errors import HypothesisException
 
 import ray_broker as rb
 from ray_broker import errors
+from ray_broker.wire import IntegrityCheck, encode
 
 from .strategies import MessageCase, Verdict
 
@@ -354,7 +355,7 @@ def assert_namespace_healthy(ns: rb.Namespace) -> None:
     create a partitioned queue, send, receive, complete, delete."""
     for k in range(ns.partition_count):
         handle = ray.get_actor(f"{ns.name}.partition.{k}", namespace="ray_broker")
-        verdict = ray.get(handle.run.remote("integrity_check"), timeout=60)
+        verdict = ray.get(handle.run.remote(*encode(IntegrityCheck())), timeout=60)
         assert verdict["ok"], f"partition {k}: {verdict['problems']}"
     name = f"fz-health-{uuid.uuid4().hex[:8]}"
     ns.create_queue(name, enable_partitioning=True)

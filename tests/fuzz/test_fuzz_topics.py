@@ -23,6 +23,7 @@ from ray_broker.entities import (
 )
 from ray_broker.filters import CorrelationFilter, RuleProperties, SqlFilter, SqlRuleAction, TrueFilter, rule_to_wire
 from ray_broker.message import ReceivedMessage
+from ray_broker.wire import Settlement
 
 from .support import fuzz_example, fuzz_settings
 
@@ -105,7 +106,7 @@ def test_every_subscription_gets_exactly_the_copies_its_rules_select(long_run: b
                 ops = []
                 for record in records:
                     action = data.draw(st.sampled_from(["complete", "complete", "abandon"]))
-                    ops.append((action, record["sequence_number"], record["lock_token"]))
+                    ops.append(Settlement(action, record["sequence_number"], record["lock_token"]))
                     if action == "complete":
                         got[s][_copy(ReceivedMessage(record))] += 1
                 assert all(result is None for result in engine.settle(path, MAIN, ops))

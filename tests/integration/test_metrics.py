@@ -18,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 import ray_broker as rb
 from ray_broker.protocol import MAIN
 from ray_broker.routing import home_partition
+from ray_broker.wire import Settle, Settlement, encode
 
 from .helpers import partition_handle
 
@@ -87,7 +88,8 @@ def test_a_known_workload_shows_on_rays_metrics_endpoint(namespace: rb.Namespace
         (kept,) = receiver.receive_messages(1, max_wait_time=5)
         # A settlement whose lock is not held (a client checks its own locks first, so call the partition).
         home = partition_handle(namespace, home_partition(expiring, namespace.partition_count))
-        (lost,) = ray.get(home.run.remote("settle", expiring, MAIN, [["complete", kept.sequence_number, bytes(16)]]))
+        settle = Settle(expiring, MAIN, [Settlement("complete", kept.sequence_number, bytes(16))])
+        (lost,) = ray.get(home.run.remote(*encode(settle)))
         assert isinstance(lost, rb.MessageLockLostError)
 
     ours = {"namespace": namespace.name, "entity": queue_name}

@@ -14,6 +14,7 @@ import ray
 import ray_broker as rb
 from ray_broker.config import RAY_NAMESPACE
 from ray_broker.engine.partition import MAIN, PEEK_LOCK
+from ray_broker.wire import Receive, Send, encode
 
 BOTH_PATHS = True
 
@@ -122,8 +123,8 @@ def test_a_partition_refuses_a_raw_payload_without_unpickling_it(namespace: rb.N
         namespace.create_subscription(topic, "pickles", rule=rb.SqlFilter("user.kind = 'pickle'"))
         for entity in (queue_name, topic):
             with pytest.raises(rb.errors.InvalidArgumentError, match="not an encoded message"):
-                ray.get(partition.run.remote("send", entity, [envelope]))
-        result = ray.get(partition.run.remote("receive", queue_name, MAIN, 1, PEEK_LOCK, None))
+                ray.get(partition.run.remote(*encode(Send(entity, [envelope]))))
+        result = ray.get(partition.run.remote(*encode(Receive(queue_name, MAIN, 1, PEEK_LOCK))))
         assert result["messages"] == []
         assert not marker.exists()
     finally:

@@ -20,6 +20,7 @@ from ray_broker.routing.immediate import send_now
 from ray_broker.routing.ray_channel import RayChannel
 from ray_broker.routing.router import Router
 from ray_broker.sku import get_sku
+from ray_broker.wire import ListEntities
 
 GONE_NODE = "ab" * 28
 """A node id no node of the cluster has (as after the node was removed)."""
@@ -56,13 +57,13 @@ def stranded(ray_instance: None) -> Iterator[tuple[rb.Namespace, _Handles]]:
 def test_calls_to_an_unschedulable_partition_are_unavailability(stranded: tuple[rb.Namespace, _Handles]) -> None:
     ns, handles = stranded
     channel = RayChannel(ns.partition_count, handles)
-    (outcome,) = channel.call_now([(0, [("list_entities", ())])], 30.0)
+    (outcome,) = channel.call_now([(0, [ListEntities()])], 30.0)
     assert isinstance(outcome, PartitionUnavailable) and outcome.reason == "ActorUnschedulableError"
     assert not outcome.reached, "Ray sent nothing to an actor with nowhere to run"
 
     async def call() -> PartitionUnavailable:
         with pytest.raises(PartitionUnavailable) as caught:
-            await channel.call(0, [("list_entities", ())], 30.0)
+            await channel.call(0, [ListEntities()], 30.0)
         return caught.value
 
     failure = asyncio.run(call())

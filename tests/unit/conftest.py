@@ -12,6 +12,7 @@ from ray_broker.engine.partition import MAIN, PEEK_LOCK, PartitionEngine
 from ray_broker.engine.store import Store
 from ray_broker.entities import normalize_queue_options
 from ray_broker.message import Message, ReceivedMessage
+from ray_broker.wire import SessionRef, Settlement
 
 RECEIVER = "receiver-1"
 
@@ -40,18 +41,18 @@ class Broker:
         return self.engine.send(entity, envelopes)
 
     def receive(self, entity: str, max_count: int = 10, *, subq: int = MAIN, mode: str = PEEK_LOCK,
-                session: tuple[str, bytes] | None = None) -> list[ReceivedMessage]:
+                session: SessionRef | None = None) -> list[ReceivedMessage]:
         """Receive messages as a receiver would see them."""
         result = self.engine.receive(entity, subq, max_count, mode, session)
         return [ReceivedMessage(r, receiver_key=RECEIVER) for r in result["messages"]]
 
     def settle(self, entity: str, action: str, message: ReceivedMessage, *, subq: int = MAIN,
-               session: tuple[str, bytes] | None = None, reason: str | None = None,
+               session: SessionRef | None = None, reason: str | None = None,
                description: str | None = None) -> Any:
         """Apply one settlement and return its result (None, a renew expiry, or an error instance)."""
         assert message.lock_token is not None
-        op = [action, message.sequence_number, message.lock_token.bytes, reason, description]
-        return self.engine.settle(entity, subq, [op], session)[0]
+        settlement = Settlement(action, message.sequence_number, message.lock_token.bytes, reason, description)
+        return self.engine.settle(entity, subq, [settlement], session)[0]
 
     def peek(self, entity: str, from_sequence: int = 0, max_count: int = 100, *,
              subq: int = MAIN, to_sequence: int | None = None) -> list[ReceivedMessage]:

@@ -2,8 +2,9 @@
 
 Partitions can be taken down (they then raise `PartitionUnavailable`, as a dead or restarting
 actor does; as one that may have run the call, or, when `unreachable`, as one that refused it
-unsent) and brought back; every call is counted; waits wake when an operation may have made
-messages available, as the partition actor's do.
+unsent) and brought back; every call is counted (by operation name); requests run through the
+partition operation table, and waits wake when one may have made messages available, as the
+partition actor's do.
 """
 from __future__ import annotations
 
@@ -12,11 +13,11 @@ from collections import Counter
 from typing import Any, Sequence
 
 from ray_broker.clock import ManualClock
+from ray_broker.engine.operations import operation
 from ray_broker.engine.partition import PartitionEngine
 from ray_broker.engine.store import Store
-from ray_broker.routing.channel import Call, PartitionUnavailable, Request
-
-WAKING = {"send", "settle", "update_entity", "release_session"}
+from ray_broker.routing.channel import PartitionUnavailable, Request
+from ray_broker.wire import PartitionRequest, Receive, SessionRef
 
 
 class StubChannel:
@@ -49,7 +50,7 @@ class StubChannel:
         event, self._events[index] = self._events[index], asyncio.Event()
         event.set()
 
-    async def call(self, index: int, calls: Sequence[Call], timeout: float) -> list[Any]:
+    async def call(self, index: int, calls: Sequence[PartitionRequest], timeout: float) -> list[Any]:
         await asyncio.sleep(0)
         return self._run(index, calls)
 
@@ -62,14 +63,15 @@ class StubChannel:
                 outcomes.append(exc)
         return outcomes
 
-    def _run(self, index: int, calls: Sequence[Call]) -> list[Any]:
+    def _run(self, index: int, calls: Sequence[PartitionRequest]) -> list[Any]:
         self._check(index)
         self.round_trips[index] += 1
         results = []
-        for operation, args in calls:
-            self.calls[(index, operation)] += 1
-            results.append(getattr(self.engines[index], operation)(*args))
-            if operation in WAKING:
+        for request in calls:
+            self.calls[(index, request.OPERATION)] += 1
+            how = operation(request)
+            results.append(how.run(self.engines[index], request))
+            if how.wakes:
                 self._notify(index)
         if index in self.lost_replies:
             self.lost_replies.discard(index)
@@ -97,13 +99,14 @@ class StubChannel:
                                 timeout) is not None
 
     async def receive_waiting(self, index: int, receiver_id: str, entity: str, subq: int, max_count: int, mode: str,
-                              session: tuple[str, bytes] | None, seen: int | None, timeout: float) -> dict[str, Any]:
+                              session: SessionRef | None, seen: int | None, timeout: float) -> dict[str, Any]:
         engine = self.engines[index]
+        request = Receive(entity, subq, max_count, mode, session, seen)
 
         def ready() -> dict[str, Any] | None:
             if (index, receiver_id) in self._ended:
                 return {"messages": [], "more": False}
-            reply: dict[str, Any] = engine.receive(entity, subq, max_count, mode, session, seen)
+            reply: dict[str, Any] = operation(request).run(engine, request)
             return reply if reply["messages"] else None
 
         self.calls[(index, "receive_waiting")] += 1

@@ -34,6 +34,7 @@ from ray_broker.errors import (
     MessageSizeExceededError,
 )
 from ray_broker.sku import SKUS
+from ray_broker.wire import Settlement
 
 STANDARD, PREMIUM = SKUS["standard"], SKUS["premium"]
 TOKEN = bytes(range(16))
@@ -203,8 +204,8 @@ def test_sequence_numbers_are_ints_in_the_store_range() -> None:
 
 def test_settlement_op_builds_the_request() -> None:
     msg = received()
-    assert settlement_op(msg, "dead_letter", "r1", False, "why", "details") == [
-        "dead_letter", 42, TOKEN, "why", "details"]
+    assert settlement_op(msg, "dead_letter", "r1", False, "why", "details") == Settlement(
+        action="dead_letter", sequence_number=42, lock_token=TOKEN, reason="why", description="details")
     with pytest.raises(TypeError, match="reason"):
         settlement_op(msg, "dead_letter", "r1", False, 5)
 
@@ -212,7 +213,7 @@ def test_settlement_op_builds_the_request() -> None:
 def test_settling_twice_raises_already_settled() -> None:
     msg = received()
     op = settlement_op(msg, "complete", "r1", False)
-    assert apply_settlement(msg, op[0], None) is None
+    assert apply_settlement(msg, op.action, None) is None
     with pytest.raises(MessageAlreadySettled):
         settlement_op(msg, "complete", "r1", False)
     assert issubclass(MessageAlreadySettled, ValueError)

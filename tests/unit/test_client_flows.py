@@ -3,6 +3,7 @@ replies become, and the same flow driven sync and async."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 import subprocess
 import sys
 import time
@@ -29,7 +30,12 @@ from ray_broker.errors import (
     ServiceBusError,
 )
 from ray_broker.routing.planner import batch_number, spread_start
+from ray_broker.clock import ManualClock
+from ray_broker.routing.router import Router
 from ray_broker.sku import SKUS
+from ray_broker.wire import HeldSession, Settlement
+
+from .stub_channel import StubChannel
 
 STANDARD = SKUS["standard"]
 PAYLOAD = Message("x").to_envelope()["payload"]
@@ -60,9 +66,13 @@ def record(seq: int, *, lock_s: float = 60.0, session_id: str | None = None) -> 
             "locked_until": time.time() + lock_s, "delivery_count": 1, "session_id": session_id}
 
 
-SETTLEMENTS = 8
-"""Where a `receive` request carries the buffered settlements (after receiver, entity, sub-queue,
-mode, session, count, wait and prefetch; the receiver's partitions follow)."""
+ROUTER = Router("flows", StubChannel(1, ManualClock()), STANDARD)
+"""A router whose operation table names each data call's arguments."""
+
+
+def arguments(call: Call) -> dict[str, Any]:
+    """A data call's arguments by name, as the router operation it runs takes them."""
+    return inspect.signature(ROUTER.operations[call.operation]).bind(*call.args).arguments
 
 
 def receiver(link: FakeLink, entity: str = "q", **kwargs: Any) -> ReceiverBase:
@@ -73,7 +83,8 @@ def receiver(link: FakeLink, entity: str = "q", **kwargs: Any) -> ReceiverBase:
 
 def receive_reply(*records: dict[str, Any]) -> Callable[..., dict[str, Any]]:
     """A `receive` answer with `records`, settling every carried settlement."""
-    return lambda *args: {"messages": list(records), "settled": [None] * len(args[SETTLEMENTS])}
+    return lambda *args: {"messages": list(records),
+                          "settled": [None] * len(arguments(Call("receive", args, 0.0))["settlements"])}
 
 
 # ---------------------------------------------------------------------- drivers
@@ -124,9 +135,9 @@ def test_a_receive_carries_buffered_settlements() -> None:
     with pytest.raises(MessageAlreadySettled):
         r._settle(first, "complete")
     run(link, r._receive(1, 0))
-    carried = link.calls[-1].args[SETTLEMENTS]
-    assert carried == [["complete", 1, (1).to_bytes(16, "big"), None, None],
-                       ["dead_letter", 2, (2).to_bytes(16, "big"), "why", "details"]]
+    carried = arguments(link.calls[-1])["settlements"]
+    assert carried == [Settlement("complete", 1, (1).to_bytes(16, "big")),
+                       Settlement("dead_letter", 2, (2).to_bytes(16, "big"), "why", "details")]
     assert len(r._settlements) == 0
 
 
@@ -156,13 +167,14 @@ def test_completing_a_whole_receive_page_waits_for_the_next_receive_to_carry_it(
     assert Flush.NOW not in decisions
     run(link, r._receive(1, 1))
     assert link.operations() == ["receive", "receive"]
-    assert [op[1] for op in link.calls[-1].args[SETTLEMENTS]] == list(range(1, MAX_RECEIVE_COUNT + 1))
+    settlements = arguments(link.calls[-1])["settlements"]
+    assert [op.sequence_number for op in settlements] == list(range(1, MAX_RECEIVE_COUNT + 1))
 
 
-def settled_message(seq: int) -> tuple[Any, list[Any]]:
+def settled_message(seq: int) -> tuple[Any, Settlement]:
     link = FakeLink(receive=receive_reply(record(seq)))
     message = run(link, receiver(link)._receive(1, 1))[0]
-    return message, ["complete", seq]
+    return message, Settlement("complete", seq, seq.to_bytes(16, "big"))
 
 
 def test_an_older_copy_of_a_message_is_not_settled_with_the_new_lock() -> None:
@@ -243,7 +255,7 @@ def test_a_session_receiver_locks_its_session_first_and_releases_it_on_close() -
     assert (session.session_id, session.locked_until_utc) == ("s1", None)
     message = run(link, r._receive(1, 1))[0]
     assert link.operations() == ["accept_session", "receive"]
-    assert link.calls[-1].args[4] == dict(lock, seen=0)
+    assert arguments(link.calls[-1])["session"] == HeldSession("s1", b"t", 3, lock["locked_until"], seen=0)
     assert session.locked_until_utc is not None
     before = session.locked_until_utc
     run(link, r._renew_session(send_buffered=True))
@@ -252,7 +264,7 @@ def test_a_session_receiver_locks_its_session_first_and_releases_it_on_close() -
     link.replies["settle"] = lambda *args: [None]
     run(link, r._close())
     assert link.operations()[-3:] == ["settle", "close_receiver", "session_call"]
-    assert link.calls[-1].args[2] == "release_session"
+    assert arguments(link.calls[-1])["operation"] == "release_session"
     with pytest.raises(InvalidOperationError, match="closed"):
         check_renewable(r, session)
 
@@ -279,7 +291,7 @@ def test_sender_flows() -> None:
     run(link, sender._cancel_scheduled([], 5))
     run(link, sender._cancel_scheduled(3, 5))
     assert link.operations() == ["send", "send", "cancel_scheduled"]
-    tags = [c.args[3] for c in link.calls if c.operation == "send"]
+    tags = [arguments(c)["producer"] for c in link.calls if c.operation == "send"]
     assert tags == [(sender._producer, 0), (sender._producer, 1)], "each send call carries the next producer tag"
     with pytest.raises(InvalidArgumentError, match="ns.transaction()"):
         run(link, sender._send(Message("a"), None, object()))
@@ -311,7 +323,7 @@ def test_a_send_beside_one_in_flight_goes_to_another_partition(sticky_batches: i
     link.call_async = answer  # type: ignore[method-assign]
     sender = SenderBase(link, STANDARD, "q", sticky_batches=sticky_batches, partition_count=16)
     asyncio.run(sends())
-    numbers = [c.args[3][1] for c in link.calls]
+    numbers = [arguments(c)["producer"][1] for c in link.calls]
     assert numbers == [batch_number(call, sticky_batches, 16) for call in calls], \
         "the concurrent send takes the next partition (a sticky sender's next run); sends one after another keep on"
     partitions = [spread_start((sender._producer, n), 16) for n in numbers]
@@ -329,7 +341,7 @@ def test_a_namespace_makes_round_robin_senders_unless_asked_for_sticky_batches()
     for sender in senders:
         for n in range(4):
             run(link, sender._send(Message(str(n)), None, None))
-    numbers = [c.args[3][1] for c in link.calls]
+    numbers = [arguments(c)["producer"][1] for c in link.calls]
     assert numbers == [0, 1, 2, 3] + [batch_number(call, 3, 16) for call in range(4)]
     for bad in (0, 2.0, False):
         with pytest.raises(InvalidArgumentError, match=f"sticky_batches must be an int >= 1.*got {bad!r}"):
@@ -341,7 +353,7 @@ def test_an_idempotent_send_carries_the_named_producer_tag() -> None:
     sender = SenderBase(link, STANDARD, "q")
     run(link, sender._send_idempotent([Message("a"), Message("b")], "sink-1", 64, None))
     run(link, sender._send_idempotent([], "sink-1", 65, None))
-    assert [c.args[3] for c in link.calls] == [("named:sink-1", 64)], "an empty send makes no call"
+    assert [arguments(c)["producer"] for c in link.calls] == [("named:sink-1", 64)], "an empty send makes no call"
     for producer_id, number in (("", 1), (None, 1), ("s", -1), ("s", True), ("s", 1.5)):
         with pytest.raises(InvalidArgumentError):
             run(link, sender._send_idempotent(Message("a"), producer_id, number, None))  # type: ignore[arg-type]

@@ -20,6 +20,7 @@ from ray_broker.message import ReceivedMessage
 from ray_broker.protocol import MAX_TRANSACTION_OPERATIONS, TRANSACTION_TIMEOUT_S
 from ray_broker.routing import make_sequence_number, partition_for_key
 from ray_broker.sku import SKUS
+from ray_broker.wire import Send, Settle
 
 from .test_client_flows import FakeLink, receiver
 
@@ -56,7 +57,7 @@ class Fixture:
         if isinstance(self.reply, BaseException):
             raise self.reply
         return self.reply if self.reply is not None else [
-            [len(op[2])] if op[0] == "send" else [None] * len(op[4]) for op in operations]
+            [len(op.envelopes)] if isinstance(op, Send) else [None] * len(op.settlements) for op in operations]
 
     def send(self, entity: str, *messages: Message) -> None:
         run(self.link, SenderBase(self.link, SKUS["standard"], entity)._send(list(messages), None, self.txn))
@@ -94,8 +95,9 @@ def test_a_commit_carries_every_operation_to_the_pinned_partition(fx: Fixture) -
     run(fx.link, fx.txn._commit())
     ((index, txn_id, deadline, operations),) = fx.committed
     assert (index, txn_id, deadline) == (partition_for_key("k", COUNT), fx.txn.transaction_id, T + TRANSACTION_TIMEOUT_S)
-    assert [op[0] for op in operations] == ["settle", "send"]
-    assert operations[0][4][0][:2] == ["complete", message.sequence_number]
+    assert [type(op) for op in operations] == [Settle, Send]
+    (settlement,) = operations[0].settlements
+    assert (settlement.action, settlement.sequence_number) == ("complete", message.sequence_number)
     with pytest.raises(InvalidOperationError, match="committed"):
         fx.send("out", Message("c", partition_key="k"))
 

@@ -11,6 +11,7 @@ from ray_broker.errors import PartitionUnavailableError
 from ray_broker.protocol import DEAD_LETTER, TRANSFER_DEAD_LETTER
 from ray_broker.routing import partition_for_key
 from ray_broker.routing.forwarding import Forwarder
+from ray_broker.wire import Settlement
 
 from .conftest import queue_definition
 from .test_router import PARTITIONS, Setup, envelopes
@@ -118,7 +119,7 @@ async def test_dead_lettered_messages_follow_their_forwarding() -> None:
     index = partition_for_key("k", PARTITIONS)
     engine = setup.channel.engines[index]
     (record,) = engine.receive("work", 0, 1)["messages"]
-    engine.settle("work", 0, [["dead_letter", record["sequence_number"], record["lock_token"], "poison pill", "x"]])
+    engine.settle("work", 0, [Settlement("dead_letter", record["sequence_number"], record["lock_token"], "poison pill", "x")])
     assert await forward_all(setup) == 1
     (moved,) = engine.receive("poison", 0, 10)["messages"]
     assert moved["sequence_number"] >> 48 == index

@@ -16,6 +16,7 @@ from ray_broker.routing.immediate import receive_now, send_now
 from ray_broker.routing.planner import spread_start, unkeyed_tag
 from ray_broker.routing.router import Router
 from ray_broker.sku import get_sku
+from ray_broker.wire import Settlement
 
 from .test_router import PARTITIONS, Setup, SenderLink, envelopes, key_for, two_cached_and_a_partition_gone
 
@@ -38,7 +39,7 @@ def know_only(setup: Setup, partition: int) -> None:
 
 
 def completes(reply: dict[str, Any]) -> list[list[Any]]:
-    return [["complete", m["sequence_number"], m["lock_token"], None, None] for m in reply["messages"]]
+    return [Settlement("complete", m["sequence_number"], m["lock_token"]) for m in reply["messages"]]
 
 
 async def test_an_unkeyed_tagged_batch_goes_in_one_call_where_the_router_would_send_it() -> None:

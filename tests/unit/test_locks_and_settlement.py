@@ -8,6 +8,7 @@ import pytest
 from ray_broker.engine.partition import DEAD_LETTER, MAIN, RECEIVE_AND_DELETE
 from ray_broker.errors import InvalidOperationError, MessageLockLostError, MessageNotFoundError
 from ray_broker.message import MessageState
+from ray_broker.wire import Settlement
 
 from .conftest import Broker
 
@@ -102,7 +103,7 @@ def test_lock_duration_is_per_entity(broker: Broker) -> None:
 def test_settling_with_a_wrong_token_loses_the_lock(broker: Broker, q: str) -> None:
     broker.send(q, "a")
     (msg,) = broker.receive(q)
-    ops = [["complete", msg.sequence_number, uuid.uuid4().bytes, None, None]]
+    ops = [Settlement("complete", msg.sequence_number, uuid.uuid4().bytes)]
     (result,) = broker.engine.settle(q, MAIN, ops)
     assert isinstance(result, MessageLockLostError)
     assert broker.settle(q, "complete", msg) is None
@@ -143,9 +144,9 @@ def test_one_failed_op_does_not_stop_the_others(broker: Broker, q: str) -> None:
     first, second = broker.receive(q)
     assert first.lock_token is not None and second.lock_token is not None
     results = broker.engine.settle(q, MAIN, [
-        ["complete", first.sequence_number, b"\x00" * 16, None, None],
-        ["complete", second.sequence_number, second.lock_token.bytes, None, None],
-        ["bogus", first.sequence_number, first.lock_token.bytes, None, None],
+        Settlement("complete", first.sequence_number, b"\x00" * 16),
+        Settlement("complete", second.sequence_number, second.lock_token.bytes),
+        Settlement("bogus", first.sequence_number, first.lock_token.bytes),
     ])
     assert isinstance(results[0], MessageLockLostError)
     assert results[1] is None
@@ -200,7 +201,7 @@ def test_defer_then_receive_by_sequence_number(broker: Broker, q: str) -> None:
     (record,) = broker.engine.receive_deferred(q, MAIN, [first.sequence_number])
     assert record["delivery_count"] == 2 and record["lock_token"] != first.lock_token
     assert record["locked_until"] == broker.clock.now() + 30
-    ops = [["complete", first.sequence_number, record["lock_token"], None, None]]
+    ops = [Settlement("complete", first.sequence_number, record["lock_token"])]
     assert broker.engine.settle(q, MAIN, ops) == [None]
     assert [m.body for m in broker.peek(q)] == [b"b"]
 
@@ -210,7 +211,7 @@ def test_abandoned_deferred_message_stays_deferred(broker: Broker, q: str) -> No
     (msg,) = broker.receive(q)
     broker.settle(q, "defer", msg)
     (record,) = broker.engine.receive_deferred(q, MAIN, [msg.sequence_number])
-    assert broker.engine.settle(q, MAIN, [["abandon", msg.sequence_number, record["lock_token"]]]) == [None]
+    assert broker.engine.settle(q, MAIN, [Settlement("abandon", msg.sequence_number, record["lock_token"])]) == [None]
     assert broker.receive(q) == []
     assert broker.engine.receive_deferred(q, MAIN, [msg.sequence_number])[0]["delivery_count"] == 3
 

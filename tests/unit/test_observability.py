@@ -12,6 +12,7 @@ import pytest
 from ray_broker import Message
 from ray_broker.engine.partition import DEAD_LETTER, MAIN, PEEK_LOCK
 from ray_broker.errors import InvalidOperationError, MessageLockLostError
+from ray_broker.engine.operations import operation
 from ray_broker.message import ReceivedMessage
 from ray_broker.observability import (
     COMPLETED,
@@ -29,6 +30,21 @@ from ray_broker.observability import (
     with_vanished,
 )
 
+from ray_broker.wire import (
+    CommitTransaction,
+    ListEntities,
+    PartitionRequest,
+    Peek,
+    Receive,
+    ReceiveDeferred,
+    RenewSession,
+    Runtime,
+    Send,
+    SessionRef,
+    Settle,
+    Settlement,
+)
+
 from .conftest import RECEIVER, Broker
 from .test_topics import subscription_definition, topic_definition
 
@@ -43,21 +59,21 @@ class Metered:
         self.meter = Meter()
         watch(broker.engine, self.meter)
 
-    def run(self, operation: str, *args: Any) -> Any:
-        """Invoke an engine operation through the meter."""
-        return self.meter.run(operation, getattr(self.broker.engine, operation), *args)
+    def run(self, request: PartitionRequest) -> Any:
+        """Run a partition request on the engine through the meter."""
+        return self.meter.run(lambda: operation(request).run(self.broker.engine, request), request)
 
     def send(self, entity: str, *messages: Message | str) -> list[int | None]:
         envelopes = [(m if isinstance(m, Message) else Message(m)).to_envelope() for m in messages]
-        return list(self.run("send", entity, envelopes))
+        return list(self.run(Send(entity, envelopes)))
 
     def receive(self, entity: str, max_count: int = 100, subq: int = MAIN) -> list[ReceivedMessage]:
-        reply = self.run("receive", entity, subq, max_count, PEEK_LOCK)
+        reply = self.run(Receive(entity, subq, max_count, PEEK_LOCK))
         return [ReceivedMessage(r, receiver_key=RECEIVER) for r in reply["messages"]]
 
     def settle(self, entity: str, action: str, messages: list[ReceivedMessage], subq: int = MAIN) -> list[Any]:
-        ops = [[action, m.sequence_number, m.lock_token_bytes, "Reason", "Description"] for m in messages]
-        return list(self.run("settle", entity, subq, ops))
+        ops = [Settlement(action, m.sequence_number, m.lock_token_bytes, "Reason", "Description") for m in messages]
+        return list(self.run(Settle(entity, subq, ops)))
 
     def counts(self) -> dict[tuple[str, str], int]:
         """Counts gathered since the previous call."""
@@ -117,7 +133,7 @@ def test_an_operation_raising_a_lock_error_counts_a_lock_loss_and_propagates() -
         raise MessageLockLostError("the lock was lost; receive the message again", entity=entity)
 
     with pytest.raises(MessageLockLostError):
-        meter.run("renew_session", renew, "Sessions")
+        meter.run(lambda: renew("Sessions"), RenewSession("Sessions", SessionRef("s", b"t")))
     assert meter.take().counts == {(LOCK_LOST, "sessions"): 1}
 
 
@@ -128,10 +144,10 @@ def test_a_transaction_failing_on_a_lost_lock_counts_it_against_the_settled_enti
     (a,) = metered.receive("in")
     metered.settle("in", "abandon", [a])
     metered.counts()
-    settle = ["settle", "IN", MAIN, [["complete", a.sequence_number, a.lock_token_bytes]], None]
-    send = ["send", "in", [Message("x").to_envelope()]]
+    settle = Settle("IN", MAIN, [Settlement("complete", a.sequence_number, a.lock_token_bytes)])
+    send = Send("in", [Message("x").to_envelope()])
     with pytest.raises(MessageLockLostError):
-        metered.run("commit_transaction", "t1", broker.clock.now() + 60, [send, settle])
+        metered.run(CommitTransaction("t1", broker.clock.now() + 60, [send, settle]))
     assert metered.counts() == {(LOCK_LOST, "in"): 1}, "nothing of the rolled-back transaction counts but the loss"
 
 
@@ -139,7 +155,7 @@ def test_expiry_in_housekeeping_counts_every_message_of_a_run(metered: Metered) 
     ttl = timedelta(seconds=10)
     metered.send("orders", *(Message(f"m{i}", time_to_live=ttl) for i in range(20)))
     metered.broker.clock.advance(11)
-    assert metered.run("housekeeping")
+    assert metered.meter.run(metered.broker.engine.housekeeping)
     assert metered.counts() == {(SENT, "orders"): 20, (EXPIRED, "orders"): 20}
 
 
@@ -169,7 +185,7 @@ def test_a_failed_operation_keeps_none_of_its_engine_events(metered: Metered) ->
         raise InvalidOperationError("refused")
 
     with pytest.raises(InvalidOperationError):
-        metered.meter.run("settle", dead_letter_then_fail)
+        metered.meter.run(dead_letter_then_fail, Settle("orders", MAIN, []))
     assert metered.counts() == {}
 
 
@@ -186,10 +202,10 @@ def test_a_transaction_counts_its_sends_and_settlements(broker: Broker) -> None:
     metered = Metered(broker)
     metered.send("in", "a", "b")
     a, b = metered.receive("in")
-    settle = ["settle", "in", MAIN, [["complete", a.sequence_number, a.lock_token_bytes],
-                                     ["dead_letter", b.sequence_number, b.lock_token_bytes]], None]
-    send = ["send", "OUT", [Message("x").to_envelope(), Message("y").to_envelope()]]
-    metered.run("commit_transaction", "t1", broker.clock.now() + 60, [settle, send])
+    settle = Settle("in", MAIN, [Settlement("complete", a.sequence_number, a.lock_token_bytes),
+                                 Settlement("dead_letter", b.sequence_number, b.lock_token_bytes)])
+    send = Send("OUT", [Message("x").to_envelope(), Message("y").to_envelope()])
+    metered.run(CommitTransaction("t1", broker.clock.now() + 60, [settle, send]))
     counts = metered.counts()
     assert (counts[(COMPLETED, "in")], counts[(DEAD_LETTERED, "in")], counts[(SENT, "out")]) == (1, 1, 2)
 
@@ -199,22 +215,22 @@ def test_deferred_receives_count_as_received(metered: Metered) -> None:
     received = metered.receive("orders")
     metered.settle("orders", "defer", received)
     metered.counts()
-    metered.run("receive_deferred", "orders", MAIN, [m.sequence_number for m in received], PEEK_LOCK)
+    metered.run(ReceiveDeferred("orders", MAIN, [m.sequence_number for m in received], PEEK_LOCK))
     assert metered.counts() == {(RECEIVED, "orders"): 2}
 
 
 def test_send_and_receive_calls_are_timed_with_the_meters_clock() -> None:
     ticks = iter([10.0, 10.5, 20.0, 20.25, 30.0, 30.1])
     meter = Meter(clock=lambda: next(ticks))
-    meter.run("send", lambda entity, envelopes: [1], "Q", [{}])
-    meter.run("receive", lambda *args: {"messages": [], "more": False}, "q", MAIN, 1)
-    meter.run("peek", lambda *args: [], "q")
+    meter.run(lambda: [1], Send("Q", [{}]))
+    meter.run(lambda: {"messages": [], "more": False}, Receive("q", MAIN, 1, PEEK_LOCK))
+    meter.run(lambda: [], Peek("q", MAIN, 0, 1))
     assert meter.take().latencies == {(SEND, "q"): [0.5], (RECEIVE, "q"): [0.25]}
 
 
 def test_other_operations_count_nothing(metered: Metered) -> None:
-    metered.run("list_entities")
-    metered.run("runtime", "orders")
+    metered.run(ListEntities())
+    metered.run(Runtime("orders"))
     assert metered.counts() == {}
 
 

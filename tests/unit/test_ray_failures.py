@@ -32,6 +32,7 @@ from ray_broker.config import NamespaceConfig, displaced, spread_node
 from ray_broker.errors import MessagingEntityNotFoundError
 from ray_broker.routing.channel import PartitionUnavailable
 from ray_broker.routing.ray_channel import GONE_FOR_GOOD, RayChannel, classify_ray_failure
+from ray_broker.wire import ListEntities
 
 NODE_LOSS_ERRORS: list[RayError] = [
     ActorUnschedulableError("The node specified via NodeAffinitySchedulingStrategy doesn't exist any more"),
@@ -122,7 +123,7 @@ def test_a_call_on_a_handle_already_found_dead_did_not_reach_its_partition() -> 
         caught = []
         for _ in range(2):
             with pytest.raises(PartitionUnavailable) as failure:
-                await channel.call(0, [("list_entities", ())], 5.0)
+                await channel.call(0, [ListEntities()], 5.0)
             caught.append(failure.value)
         return caught
 

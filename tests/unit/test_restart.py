@@ -8,6 +8,7 @@ import pytest
 
 from ray_broker import Message
 from ray_broker.errors import MessageLockLostError, SessionCannotBeLockedError
+from ray_broker.wire import SessionRef
 
 from .conftest import Broker
 
@@ -86,7 +87,7 @@ def test_session_lock_and_state_survive_a_restart(make_broker: Callable[..., Bro
     first.send("sq", Message("a1", session_id="a"), Message("a2", session_id="a"))
     got = first.engine.accept_session("sq", "a")
     assert got is not None
-    session = (got["session_id"], got["lock_token"])
+    session = SessionRef(got["session_id"], got["lock_token"])
     first.engine.set_session_state("sq", *session, b"state")
     (msg,) = first.receive("sq", 1, session=session)
     first.engine.store.close()
@@ -99,7 +100,7 @@ def test_session_lock_and_state_survive_a_restart(make_broker: Callable[..., Bro
     second.clock.advance(30)
     again = second.engine.accept_session("sq", None)
     assert again is not None
-    assert again["session_id"] == "a" and again["lock_token"] != session[1]
+    assert again["session_id"] == "a" and again["lock_token"] != session.lock_token
 
 
 def test_scheduled_messages_and_duplicate_ids_survive_a_restart(make_broker: Callable[..., Broker],

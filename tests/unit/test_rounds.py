@@ -16,6 +16,7 @@ from ray_broker.routing.immediate import receive_now
 from ray_broker.routing.planner import spread_start, unkeyed_tag
 from ray_broker.routing.rounds import ReceiveRounds, RoundCall, plan_send
 from ray_broker.routing.router import DATA_OPERATIONS
+from ray_broker.wire import Send, Settlement
 
 from .conftest import queue_definition
 from .test_router import PARTITIONS, Setup, envelopes, key_for
@@ -33,7 +34,7 @@ async def holding(per_partition: dict[int, int]) -> Setup:
     return setup
 
 
-def rounds(setup: Setup, max_count: int, settlements: list[list[Any]] | None = None,
+def rounds(setup: Setup, max_count: int, settlements: list[Settlement] | None = None,
            pending: dict[int, list[int]] | None = None, prefetch: int = 0) -> ReceiveRounds:
     state = setup.router.receives.receiver("r1", "q", MAIN)
     return ReceiveRounds(state, setup.router.hints.of("q", MAIN, None), "q", MAIN, PEEK_LOCK, None, max_count,
@@ -45,15 +46,15 @@ def run(setup: Setup, job: ReceiveRounds, calls: list[RoundCall]) -> bool:
     return job.apply(calls, outcomes, setup.router.reach.health, setup.clock.now())
 
 
-def completes(records: list[tuple[int, dict[str, Any]]]) -> list[list[Any]]:
-    return [["complete", r["sequence_number"], r["lock_token"], None, None] for _, r in records]
+def completes(records: list[tuple[int, dict[str, Any]]]) -> list[Settlement]:
+    return [Settlement("complete", r["sequence_number"], r["lock_token"]) for _, r in records]
 
 
 async def test_a_round_shares_the_count_out_and_the_first_call_asks_the_prefetch_too() -> None:
     setup = await holding({0: 6, 1: 6, 2: 6})
     job = rounds(setup, 7, prefetch=3)
     calls = job.calls([0, 1, 2], settle_others=False)
-    counts = [call.calls[-1][1][2] for call in calls]
+    counts = [call.calls[-1].max_count for call in calls]
     assert counts == [3 + 3, 2, 2], "7 shared out 3/2/2, the prefetch on the first"
     assert run(setup, job, calls)
     assert len(job.out) == 7 and len(job.state.cache) == 3, "the surplus waits in the receiver's cache"
@@ -68,7 +69,7 @@ async def test_settlements_ride_with_their_partitions_receive_and_the_others_go_
                                                      None, settlements)
     job = rounds(setup, 1, settlements, groups)
     calls = job.calls([0], settle_others=True)
-    assert [(c.partition, c.receives, [op for op, _ in c.calls]) for c in calls] == \
+    assert [(c.partition, c.receives, [r.OPERATION for r in c.calls]) for c in calls] == \
         [(0, True, ["settle", "receive"]), (1, False, ["settle"])]
     assert not run(setup, job, calls)
     assert job.settled == [None] * 4 and job.left() == []
@@ -86,7 +87,7 @@ async def test_a_partition_that_does_not_answer_gets_its_settlements_back_and_co
     setup.channel.down.add(1)
     calls = job.calls([0, 1], settle_others=False)
     run(setup, job, calls)
-    on_1 = [i for i, op in enumerate(settlements) if op[1] >> 48 == 1]
+    on_1 = [i for i, op in enumerate(settlements) if op.sequence_number >> 48 == 1]
     assert job.left() == on_1 and job.pending == {1: on_1}
     assert job.hints[1] is False and not setup.router.reach.health.available(1, setup.clock.now())
     assert all(job.settled[i] is None for i in range(4) if i not in on_1)
@@ -104,7 +105,7 @@ async def test_an_engine_error_puts_what_the_round_took_back_in_the_cache_and_is
 
 async def test_an_engine_error_of_a_lone_settlement_is_that_settlements_result() -> None:
     setup = await holding({1: 1})
-    job = rounds(setup, 0, [["complete", (1 << 48) + 99, b"0" * 16, None, None]], {1: [0]})
+    job = rounds(setup, 0, [Settlement("complete", (1 << 48) + 99, b"0" * 16)], {1: [0]})
     calls = job.calls([], settle_others=True)
     run(setup, job, calls)
     assert isinstance(job.settled[0], Exception)
@@ -130,7 +131,7 @@ def test_a_send_plan_puts_keyed_parts_together_and_each_unkeyed_part_where_its_t
     (part,) = plan.unkeyed
     assert (part.batch, part.indexes, part.start, part.tag) == (0, [1], spread_start(TAG, PARTITIONS),
                                                                unkeyed_tag(TAG))
-    assert [call[1][2] for call in plan.keyed_calls(2)] == [TAG, None], "each batch keeps its own tag"
+    assert [call.producer for call in plan.keyed_calls(2)] == [TAG, None], "each batch keeps its own tag"
     assert plan.single() is None
 
 
@@ -138,7 +139,7 @@ def test_a_send_plan_is_one_call_when_the_send_is_one_batch_for_one_partition() 
     definition = queue_definition("q", enable_partitioning=True)
     batch = envelopes(Message("a"), Message("b"))
     single = plan_send(definition, [(batch, TAG)], 1024, "standard", PARTITIONS, itertools.count()).single()
-    assert single == (spread_start(TAG, PARTITIONS), ("send", ("q", batch, unkeyed_tag(TAG))), [0, 1])
+    assert single == (spread_start(TAG, PARTITIONS), Send("q", batch, unkeyed_tag(TAG)), [0, 1])
 
 
 def test_a_send_plan_checks_every_batch_before_placing_any() -> None:

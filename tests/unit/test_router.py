@@ -26,6 +26,7 @@ from ray_broker.routing.reaching import ATTEMPT_TIMEOUT_S
 from ray_broker.routing.router import Router
 from ray_broker.routing.sending import UNKEYED_SETTLE_S
 from ray_broker.sku import get_sku
+from ray_broker.wire import Settlement
 
 from .conftest import queue_definition
 from .stub_channel import StubChannel
@@ -121,7 +122,7 @@ async def test_settlements_ride_on_the_next_receive() -> None:
     setup.create()
     await setup.router.sends.send("q", envelopes(*(Message(f"m{i}", partition_key=key_for(0)) for i in range(4))), 5.0)
     first = await setup.router.receives.receive("r1", "q", MAIN, PEEK_LOCK, None, 2, 1.0, 0, [])
-    ops = [["complete", r["sequence_number"], r["lock_token"], None, None] for r in first["messages"]]
+    ops = [Settlement("complete", r["sequence_number"], r["lock_token"]) for r in first["messages"]]
     calls_before = setup.channel.calls[(0, "settle")]
     second = await setup.router.receives.receive("r1", "q", MAIN, PEEK_LOCK, None, 2, 1.0, 0, ops)
     assert second["settled"] == [None, None] and len(second["messages"]) == 2

@@ -11,6 +11,7 @@ from ray_broker.engine.messages import RUN_MAX, RUN_MIN
 from ray_broker.engine.partition import DEAD_LETTER, MAIN, RECEIVE_AND_DELETE
 from ray_broker.errors import MessageLockLostError
 from ray_broker.message import ReceivedMessage
+from ray_broker.wire import Settlement
 
 from .conftest import Broker
 
@@ -36,7 +37,7 @@ def rows(broker: Broker, table: str = "messages") -> int:
 def complete(broker: Broker, messages: list[ReceivedMessage]) -> list[Any]:
     """Complete messages in one settle call."""
     assert all(m.lock_token is not None for m in messages)
-    return broker.engine.settle("q", MAIN, [("complete", m.sequence_number, m.lock_token.bytes)  # type: ignore[union-attr]
+    return broker.engine.settle("q", MAIN, [Settlement("complete", m.sequence_number, m.lock_token.bytes)  # type: ignore[union-attr]
                                             for m in messages])
 
 
@@ -179,7 +180,7 @@ def test_a_locked_run_survives_a_restart(make_broker: Callable[..., Broker], tmp
     got = first.receive("q", BATCH)
     first.engine.store.close()
     second = make_broker(path=path)
-    ops = [("complete", m.sequence_number, m.lock_token.bytes) for m in got[::2]]  # type: ignore[union-attr]
+    ops = [Settlement("complete", m.sequence_number, m.lock_token.bytes) for m in got[::2]]  # type: ignore[union-attr]
     assert second.engine.settle("q", MAIN, ops) == [None] * len(ops)
     assert second.engine.runtime("q")["active"] == BATCH // 2
     assert_sound(second)

@@ -6,6 +6,7 @@ import pytest
 from ray_broker import Message
 from ray_broker.engine.partition import DEAD_LETTER, MAIN, PEEK_LOCK
 from ray_broker.message import ReceivedMessage
+from ray_broker.wire import SessionRef
 from ray_broker.errors import (
     InvalidOperationError,
     MessageNotFoundError,
@@ -29,11 +30,11 @@ def send_to(broker: Broker, entity: str, *pairs: tuple[str, str]) -> list[int | 
     return broker.send(entity, *(Message(body, session_id=sid) for sid, body in pairs))
 
 
-def accept(broker: Broker, entity: str, session_id: str | None) -> tuple[str, bytes]:
-    """Lock a session and return the (session id, token) pair receivers pass along."""
+def accept(broker: Broker, entity: str, session_id: str | None) -> SessionRef:
+    """Lock a session and return the lock receivers pass along."""
     got = broker.engine.accept_session(entity, session_id)
     assert got is not None
-    return got["session_id"], got["lock_token"]
+    return SessionRef(got["session_id"], got["lock_token"])
 
 
 def test_accepting_a_session_locks_it_for_the_lock_duration(broker: Broker, sq: str) -> None:
@@ -55,7 +56,7 @@ def test_plain_queue_refuses_sessions(broker: Broker) -> None:
     with pytest.raises(InvalidOperationError, match="does not require sessions"):
         broker.engine.accept_session("q", "s1")
     with pytest.raises(InvalidOperationError, match="does not require sessions"):
-        broker.receive("q", session=("s1", b"\x00" * 16))
+        broker.receive("q", session=SessionRef("s1", b"\x00" * 16))
 
 
 def test_a_session_receiver_gets_only_its_session_in_order(broker: Broker, sq: str) -> None:
@@ -118,7 +119,7 @@ def test_an_expired_session_lock_is_lost(broker: Broker, sq: str) -> None:
 def test_a_wrong_session_token_is_refused(broker: Broker, sq: str) -> None:
     accept(broker, sq, "a")
     with pytest.raises(SessionLockLostError):
-        broker.receive(sq, session=("a", b"\x01" * 16))
+        broker.receive(sq, session=SessionRef("a", b"\x01" * 16))
 
 
 def test_renewing_a_session_extends_its_messages_locks(broker: Broker, sq: str) -> None:

@@ -11,6 +11,7 @@ from ray_broker import codec
 from ray_broker.engine.state import SettledTokens, StagedMap
 from ray_broker.engine.store import MIGRATIONS, SCHEMA_VERSION, Store
 from ray_broker.errors import InvalidOperationError
+from ray_broker.wire import SessionRef, Settlement
 
 from .conftest import Broker, queue_definition
 
@@ -47,7 +48,7 @@ def test_a_store_of_the_first_release_opens_with_its_messages(make_broker: Calla
     assert broker.engine.runtime("q")["active"] == 2
     assert broker.engine.runtime("q")["size"] == 6
     assert broker.bodies(broker.receive("q")) == [b"one"]
-    assert broker.engine.settle("q", 0, [("complete", 2, b"t" * 16)]) == [None]
+    assert broker.engine.settle("q", 0, [Settlement("complete", 2, b"t" * 16)]) == [None]
     assert broker.send("q", "three") == [3]
     assert broker.engine.integrity_check() == {"ok": True, "problems": []}
 
@@ -116,7 +117,7 @@ def test_operations_in_one_unit_of_work_commit_together(broker: Broker) -> None:
     with broker.engine.unit_of_work():
         assert broker.settle("q", "complete", first) is None
         with pytest.raises(InvalidOperationError):
-            broker.engine.receive("q", 0, 1, session=("s", b"t"))
+            broker.engine.receive("q", 0, 1, session=SessionRef("s", b"t"))
         assert broker.bodies(broker.receive("q")) == [b"b"]
     broker.engine.db.set_trace_callback(None)
     assert commits == ["COMMIT"]

@@ -37,6 +37,7 @@ from ray_broker.filters import (
 from ray_broker.client import management
 from ray_broker.routing import home_partition
 from ray_broker.sku import get_sku
+from ray_broker.wire import SessionRef
 
 from .conftest import Broker
 
@@ -202,7 +203,7 @@ def test_a_session_subscription_dead_letters_a_message_without_a_session(broker:
     broker.send("news", Message("with", session_id="s1"), Message("without"))
     lock = broker.engine.accept_session(path, "s1")
     assert lock is not None
-    got = broker.receive(path, session=(lock["session_id"], lock["lock_token"]))
+    got = broker.receive(path, session=SessionRef(lock["session_id"], lock["lock_token"]))
     assert broker.bodies(got) == [b"with"]
     (dead,) = topic.drain(path, subq=DEAD_LETTER)
     assert dead.body == b"without" and dead.dead_letter_reason == "Session ID is null."

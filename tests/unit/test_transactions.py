@@ -15,20 +15,21 @@ from ray_broker.engine.partition import DEAD_LETTER, DEFERRED
 from ray_broker.engine.scheduling import TRANSACTION_MEMORY_S
 from ray_broker.errors import InvalidOperationError, MessageLockLostError, TransactionTimeoutError
 from ray_broker.message import ReceivedMessage
-from ray_broker.protocol import MAIN, MAX_TRANSACTION_OPERATIONS, TRANSACTION_TIMEOUT_S
+from ray_broker.protocol import MAIN, MAX_TRANSACTION_OPERATIONS, PEEK_LOCK, TRANSACTION_TIMEOUT_S
+from ray_broker.wire import Receive, Send, Settle, Settlement
 
 from .conftest import Broker
 
 
-def send_op(entity: str, *bodies: str, key: str = "k") -> list[Any]:
+def send_op(entity: str, *bodies: str, key: str = "k") -> Send:
     """A transaction's send of messages with these bodies, all with partition key `key`."""
-    return ["send", entity, [Message(b, partition_key=key).to_envelope() for b in bodies]]
+    return Send(entity, [Message(b, partition_key=key).to_envelope() for b in bodies])
 
 
-def settle_op(entity: str, action: str, message: ReceivedMessage, *extra: Any) -> list[Any]:
+def settle_op(entity: str, action: str, message: ReceivedMessage, *extra: Any) -> Settle:
     """A transaction's settlement of one received message."""
     assert message.lock_token_bytes is not None
-    return ["settle", entity, MAIN, [[action, message.sequence_number, message.lock_token_bytes, *extra]], None]
+    return Settle(entity, MAIN, [Settlement(action, message.sequence_number, message.lock_token_bytes, *extra)])
 
 
 def active(broker: Broker, entity: str) -> int:
@@ -120,7 +121,7 @@ def test_abandon_dead_letter_and_renew_in_a_transaction(broker: Broker) -> None:
 
 def test_malformed_commits_are_refused(broker: Broker) -> None:
     broker.create_queue("q")
-    for transaction_id, operations in (("", []), (7, []), ("t", [["receive", "q"]]), ("t", "send")):
+    for transaction_id, operations in (("", []), (7, []), ("t", [Receive("q", MAIN, 1, PEEK_LOCK)]), ("t", "send")):
         with pytest.raises(InvalidOperationError):
             broker.engine.commit_transaction(transaction_id, deadline(broker), operations)  # type: ignore[arg-type]
 
@@ -132,6 +133,7 @@ from ray_broker.clock import ManualClock
 from ray_broker.engine import settling
 from ray_broker.engine.partition import PartitionEngine
 from ray_broker.engine.store import Store
+from ray_broker.wire import Send, Settle, Settlement
 sys.path.insert(0, {tests!r})
 from unit.conftest import queue_definition
 
@@ -142,8 +144,8 @@ engine.send("in", [Message("a").to_envelope()])
 message = engine.receive("in", 0, 1)["messages"][0]
 settling.settle = lambda *args: os._exit(17)  # the process dies between the send and the settlement
 engine.commit_transaction("t1", 1_700_000_100.0, [
-    ["send", "out", [Message("A").to_envelope()]],
-    ["settle", "in", 0, [["complete", message["sequence_number"], message["lock_token"]]], None]])
+    Send("out", [Message("A").to_envelope()]),
+    Settle("in", 0, [Settlement("complete", message["sequence_number"], message["lock_token"])])])
 """
 
 
