@@ -38,11 +38,12 @@ class PartitionEngine:
     """Broker logic for partition `index` of `partition_count`, over `store`.
 
     Example:
+        >>> from ray_broker import Message
         >>> from ray_broker.clock import ManualClock
         >>> from ray_broker.entities import normalize_queue_options
         >>> engine = PartitionEngine(0, 1, Store(None, "memory"), ManualClock())
         >>> _ = engine.create_entity({"name": "q", "kind": "queue", "options": normalize_queue_options({})})
-        >>> engine.send("q", [{"payload": b"...", "size": 3}])
+        >>> engine.send("q", [Message("hello").to_envelope()])
         [1]
         >>> [m["sequence_number"] for m in engine.receive("q", MAIN, 10)["messages"]]
         [1]

@@ -1,0 +1,16 @@
+"""The runnable examples in docstrings run, and say what they show."""
+from __future__ import annotations
+
+import doctest
+import importlib
+
+import pytest
+
+MODULES = ["ray_broker.engine.partition", "ray_broker.engine.store", "ray_broker.filters.model",
+           "ray_broker.filters.rules", "ray_broker.observability", "ray_broker.wire"]
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_docstring_examples_run(name: str) -> None:
+    results = doctest.testmod(importlib.import_module(name))
+    assert results.attempted > 0 and results.failed == 0
