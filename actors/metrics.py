@@ -69,6 +69,10 @@ LATENCY_METRICS: dict[str, tuple[str, str]] = {
     SEND: ("broker_send_latency_seconds", "Time a partition spends storing one send call."),
     RECEIVE: ("broker_receive_latency_seconds", "Time a partition spends on one receive call (waiting excluded)."),
 }
+GROUP_METRIC = ("broker_commit_group_callers",
+                "Calls whose work one store commit holds (group commit): its count is the commits, its sum the calls.")
+GROUP_BOUNDARIES = [1, 2, 4, 8, 16, 32, 64]
+"""Histogram bucket bounds for the calls in one commit group."""
 UP_METRIC = ("broker_partition_up", "1 while the partition runs; absent while it is down.")
 PARTITIONS_METRIC = ("broker_partitions", "The namespace's partition count.")
 
@@ -97,6 +101,9 @@ class PartitionMetrics:
         self._latencies = {key: Histogram(name, description, boundaries=LATENCY_BOUNDARIES_S,
                                           tag_keys=ENTITY_TAGS).set_default_tags(tags)
                            for key, (name, description) in LATENCY_METRICS.items()}
+        self._groups = Histogram(*GROUP_METRIC, boundaries=GROUP_BOUNDARIES,
+                                 tag_keys=PARTITION_TAGS).set_default_tags(tags)
+        self._group_sizes: list[int] = []
         self._up = Gauge(*UP_METRIC, tag_keys=PARTITION_TAGS).set_default_tags(tags)
         self._partitions = Gauge(*PARTITIONS_METRIC, tag_keys=PARTITION_TAGS).set_default_tags(tags)
         self._partition_count = partition_count
@@ -107,6 +114,10 @@ class PartitionMetrics:
         """Call `function`, which runs the partition request `request` (or housekeeping, without
         one), and count what it did."""
         return self._meter.run(function, request)
+
+    def group_committed(self, calls: int) -> None:
+        """Count one store commit that held the work of `calls` calls."""
+        self._group_sizes.append(calls)
 
     def tick(self) -> bool:
         """Export what was gathered, if `EXPORT_INTERVAL_S` has passed since the last export, and
@@ -126,6 +137,9 @@ class PartitionMetrics:
             histogram, tags = self._latencies[latency], {"entity": entity}
             for value in values:
                 histogram.observe(value, tags=tags)
+        sizes, self._group_sizes = self._group_sizes, []
+        for size in sizes:
+            self._groups.observe(size)
         self._up.set(1)
         self._partitions.set(self._partition_count)
         if now - self._gauges_at < GAUGE_INTERVAL_S:

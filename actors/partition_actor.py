@@ -6,11 +6,12 @@ have become available, runs housekeeping (scheduled messages, expiry) on a threa
 and, once an entity here auto-forwards, a forwarder thread that sends the outbox on through a
 router of its own.
 
-Data operations run one at a time, in the order each caller sent them, on Ray's default group
-(a call to a synchronous actor method costs less than one to an asyncio method: no hand-off
-to the actor's event loop). Waiting receives
-park in the `waits` concurrency group, one thread each, on a condition that every operation that
-may make messages available notifies. One lock serializes every use of the engine.
+Data operations run on Ray's default group, several threads wide (a call to a synchronous actor
+method costs less than one to an asyncio method: no hand-off to the actor's event loop), through a
+`GroupCommitter`: calls that meet share one store commit, and each is answered once that commit
+is done. Waiting receives park in the `waits` concurrency group, one thread each, on a condition
+that every group with an operation that may make messages available notifies. One lock
+serializes every use of the engine.
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from actors.metrics import PartitionMetrics
 from actors.seeding import away_from_home, seed_entities
 from ray_broker.callers import CallerWatch, Token
 from ray_broker.config import NODE_DATA_DIR_ENV, RAY_NAMESPACE, NamespaceConfig
+from ray_broker.engine.group_commit import Group, GroupCommitter
 from ray_broker.engine.operations import operation
 from ray_broker.engine.partition import PartitionEngine
 from ray_broker.engine.store import Store
@@ -165,6 +167,7 @@ class PartitionActor:
         self._ended: set[str] = set()
         """Receivers whose waiting receives are to end now (they are closing)."""
         self._forwarder: _ForwardThread | None = None
+        self._committer = GroupCommitter(self.engine, self._execute, lock=self._lock, committed=self._committed)
         threading.Thread(target=self._housekeeping_loop, name="housekeeping", daemon=True).start()
 
     def _notify(self) -> None:
@@ -193,35 +196,36 @@ class PartitionActor:
                                      HOUSEKEEPING_INTERVAL_S)
                 failures += 1
 
+    def _execute(self, request: PartitionRequest) -> Any:
+        """Run one request on the engine (in a group, under the lock), counted by the metrics."""
+        how = operation(request)
+        return self.metrics.run(lambda: how.run(self.engine, request), request)
+
+    def _committed(self, group: Group) -> None:
+        """After a group's commit (under the lock): count it, and wake waiting receives and the
+        forwarder if it may have made messages available."""
+        self.metrics.group_committed(len(group))
+        if any(operation(request).wakes for request in group.requests()):
+            self._notify()
+
     def run(self, *fields: Any) -> Any:
         """Run one partition request, as `wire.encode` gave it (`InvalidOperationError` for an
-        operation partitions do not run)."""
-        return self._run(decode(fields))
+        operation partitions do not run); answered once the commit that holds it is done."""
+        return self._committer.submit([decode(fields)])[0]
 
     def run_batch(self, requests: list[list[Any]]) -> list[Any]:
         """Run several encoded partition requests in one call and one store commit, in order;
         results in the same order. A request that raises ends the batch: those before it stay
         applied."""
-        results: list[Any] = []
-        failure: Exception | None = None
-        with self._lock, self.engine.unit_of_work():
-            for fields in requests:
-                try:
-                    results.append(self._run(decode(fields)))
-                except Exception as exc:  # noqa: BLE001 - re-raised once the operations before it are committed
-                    failure = exc
-                    break
-        if failure is not None:
-            raise failure
-        return results
+        return self._committer.submit([decode(fields) for fields in requests])
 
     def _run(self, request: PartitionRequest) -> Any:
-        """Run a request on the engine (counted by the metrics), waking waiting receivers when it
-        may have made messages available."""
-        how = operation(request)
+        """Run a request alone, outside the groups (a waiting receive's check already holds the
+        lock, so it must not wait for a group), waking waiting receivers when it may have made
+        messages available."""
         with self._lock:
-            result = self.metrics.run(lambda: how.run(self.engine, request), request)
-            if how.wakes:
+            result = self._execute(request)
+            if operation(request).wakes:
                 self._notify()
         return result
 

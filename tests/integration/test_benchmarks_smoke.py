@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks import async_senders, p5_memory, p6_recovery, projection, scale, suite, topic_fanout
+from benchmarks import async_senders, group_commit, p5_memory, p6_recovery, projection, scale, suite, topic_fanout
 from benchmarks.baselines import redis_server
 
 pytestmark = pytest.mark.ray
@@ -90,6 +90,18 @@ def test_async_senders_compares_async_and_sync_sending(ray_instance: None) -> No
     assert set(doc["results"]) == {"sync_1", "async_2"}
     assert all(r["msgs_per_s"] > 0 for r in doc["results"].values())
     assert [t["threshold"] for t in doc["targets"]] == [1.5]
+
+
+def test_group_commit_compares_both_ways_of_taking_calls(ray_instance: None) -> None:
+    config = group_commit.GroupCommitConfig(senders=2, receivers=2, batches=3, rounds=1, engine_calls=5,
+                                            durabilities=["normal"])
+    doc = well_formed(group_commit.run(config), "group_commit")
+    layouts = ("one_partition", "spread", "engine")
+    assert set(doc["results"]) == {f"normal/{layout}/{mode}" for layout in layouts
+                                   for mode in ("group_commit", "one_at_a_time")}
+    assert all(value > 0 for r in doc["results"].values() for value in r["rounds_msgs_per_s" if "msgs_per_s" in r
+                                                                          else "rounds_calls_per_s"])
+    assert [t["threshold"] for t in doc["targets"]] == [1.3, 1.3]
 
 
 def test_topic_fanout_measures_the_engine_and_a_namespace(ray_instance: None) -> None:

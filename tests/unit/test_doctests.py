@@ -7,7 +7,8 @@ import importlib
 import pytest
 
 MODULES = ["ray_broker.engine.partition", "ray_broker.engine.store", "ray_broker.filters.model",
-           "ray_broker.filters.rules", "ray_broker.observability", "ray_broker.wire"]
+           "ray_broker.filters.rules", "ray_broker.observability", "ray_broker.wire",
+           "ray_broker.engine.group_commit"]
 
 
 @pytest.mark.parametrize("name", MODULES)
