@@ -48,6 +48,7 @@ from ray_broker.engine.group_commit import GroupCommitter
 from ray_broker.engine.partition import PartitionEngine
 from ray_broker.engine.store import Store
 from ray_broker.entities import normalize_queue_options
+from ray_broker.wire import Send
 
 from .common import (
     broker_namespace,
@@ -180,7 +181,7 @@ def engine_sending(mode: str, durability: str, config: GroupCommitConfig, body: 
         def sender() -> None:
             for _ in range(config.engine_calls):
                 with one_at_a_time:
-                    committer.submit([("send", ("q", envelopes))])
+                    committer.submit([Send("q", envelopes)])
 
         threads = [threading.Thread(target=sender) for _ in range(ENGINE_THREADS)]
         start = time.perf_counter()
