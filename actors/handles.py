@@ -4,7 +4,6 @@ Every actor is named and detached in the "ray_broker" Ray namespace (the operati
 """
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import ray
@@ -13,18 +12,6 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from ray_broker.config import RAY_NAMESPACE, STORE_LABEL, NamespaceConfig, displaced, spread_node
 
 from .partition_actor import PartitionActor
-
-CALL_THREADS = 32
-"""Threads of a partition's default group: calls to it that run at once, and so meet in one
-group commit (waiting receives have a group of their own)."""
-GROUP_COMMIT_ENV = "RAY_BROKER_GROUP_COMMIT"
-"""Set to "off" in the process that creates a namespace's partitions to give them one call thread:
-every call then commits alone, as before group commit (the baseline of `benchmarks.group_commit`)."""
-
-
-def call_threads() -> int:
-    """The default group's threads for a partition created now (see `GROUP_COMMIT_ENV`)."""
-    return 1 if os.environ.get(GROUP_COMMIT_ENV, "").lower() == "off" else CALL_THREADS
 
 
 def alive_nodes() -> list[str]:
@@ -57,10 +44,10 @@ def partition_actor(config: NamespaceConfig, index: int) -> Any:
 
     Its calls record no task events (Ray's per-task history for the dashboard): a partition serves
     one call per batch, and the recording costs each call about 0.1 ms here. Its default group runs
-    `call_threads()` calls at once, so that concurrent calls share commits."""
+    `config.call_threads` calls at once (waiting receives have a group of their own)."""
     return PartitionActor.options(
         name=config.partition_name(index), namespace=RAY_NAMESPACE, lifetime="detached", get_if_exists=True,
-        max_restarts=-1, max_task_retries=0, num_cpus=0, enable_task_events=False, max_concurrency=call_threads(),
+        max_restarts=-1, max_task_retries=0, num_cpus=0, enable_task_events=False, max_concurrency=config.call_threads,
         **_placement(config, index),
     ).remote(config.to_dict(), index)
 

@@ -8,11 +8,10 @@ layouts: "one_partition" (every message keyed alike, so all calls go to one part
 "spread" (unkeyed: batches round robin over the 16 partitions). Each runs against two namespaces
 started side by side, identical but for how their partitions take calls:
 
-- "group_commit": the default; a partition runs up to `CALL_THREADS` calls at once and calls that
-  meet share one store commit.
-- "one_at_a_time": started with `RAY_BROKER_GROUP_COMMIT=off` in the driver, so each partition has
-  one call thread: every call commits alone, as before group commit (the same code, with groups
-  of one).
+- "group_commit": started with `RAY_BROKER_GROUP_COMMIT=on` in the driver; a partition runs up
+  to `GROUP_COMMIT_THREADS` calls at once and calls that meet share one store commit.
+- "one_at_a_time": the default; each partition has one call thread: every call commits alone
+  (the same code, with groups of one).
 
 For each durability ("normal": WAL, synchronous=NORMAL; "fsync": synchronous=FULL, the durable
 "full" mode), rounds alternate the two namespaces so that load drift on a shared machine hits
@@ -42,8 +41,7 @@ import psutil
 
 import ray_broker as rb
 import ray_broker.aio as rba
-from actors.handles import GROUP_COMMIT_ENV
-from ray_broker.config import NamespaceConfig
+from ray_broker.config import GROUP_COMMIT_ENV, NamespaceConfig
 from ray_broker.engine.group_commit import GroupCommitter
 from ray_broker.engine.partition import PartitionEngine
 from ray_broker.engine.store import Store
@@ -94,8 +92,7 @@ def namespace(mode: str, durability: str) -> Iterator[rb.Namespace]:
     previous = os.environ.get(GROUP_COMMIT_ENV)
     with contextlib.ExitStack() as stack:
         try:
-            if mode == "one_at_a_time":
-                os.environ[GROUP_COMMIT_ENV] = "off"
+            os.environ[GROUP_COMMIT_ENV] = "on" if mode == "group_commit" else "off"
             ns = stack.enter_context(broker_namespace(f"group-{mode.replace('_', '-')}", partitions=16,
                                                       durability=durability))
         finally:

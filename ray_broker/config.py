@@ -46,6 +46,9 @@ class NamespaceConfig:
     or None when partitions may run anywhere (shared storage, or none)."""
     auth_token_hash: str | None = None
     """SHA-256 of the token every client must present (`auth_token`), or None for none."""
+    call_threads: int = 1
+    """How many calls each partition takes at once: with more than one, calls that meet share one
+    store commit (group commit; see `GROUP_COMMIT_ENV`)."""
 
     def partition_name(self, index: int) -> str:
         """The Ray actor name of partition `index`."""
@@ -72,6 +75,11 @@ STORE_LABEL = "ray-broker-store"
 """A node label naming the disk a node keeps stores on. Partitions placed on a labelled node are
 pinned to the label, so after losing the node they come back only where that label (and so that
 disk) comes back; partitions on an unlabelled node are pinned to its node id for one start."""
+GROUP_COMMIT_ENV = "RAY_BROKER_GROUP_COMMIT"
+"""Set to "on" where a namespace is first started to give its partitions `GROUP_COMMIT_THREADS`
+call threads, so that concurrent calls share store commits (group commit); by default a partition
+takes one call at a time. Kept in the namespace's configuration."""
+GROUP_COMMIT_THREADS = 32
 NODE_DATA_DIR_ENV = "RAY_BROKER_NODE_DATA_DIR"
 """Set on a node (e.g. `ray start` with it in the environment): the directory under which the
 partitions placed there keep their stores, instead of the namespace's `data_dir`."""
@@ -209,13 +217,15 @@ def plan_config(name: str, *, sku: str, partitions: int | None, data_dir: str | 
     and place the partitions; `nodes` are the cluster's alive nodes (`(node_id, store label)`),
     `local_node` the id of the one starting the namespace."""
     tier, count = check_start_options(name, sku=sku, partitions=partitions, gateways=gateways, durability=durability)
+    threads = GROUP_COMMIT_THREADS if os.environ.get(GROUP_COMMIT_ENV, "").lower() == "on" else 1
     if durability == "memory":
-        return NamespaceConfig(name, tier.name, count, None, durability, gateways, None, auth_token_hash)
+        return NamespaceConfig(name, tier.name, count, None, durability, gateways, None, auth_token_hash, threads)
     directory = store_directory(name, data_dir)
     stored = stored_config_for(name, tier, count, directory)
     placement = None if is_shared_filesystem(directory) else place_partitions(
         count, nodes, local_node, None if stored is None else stored.placement)
-    return NamespaceConfig(name, tier.name, count, directory, durability, gateways, placement, auth_token_hash)
+    return NamespaceConfig(name, tier.name, count, directory, durability, gateways, placement, auth_token_hash,
+                           threads)
 
 
 def save_config(config: NamespaceConfig) -> None:

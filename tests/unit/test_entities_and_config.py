@@ -9,7 +9,15 @@ from typing import Any
 import pytest
 
 from ray_broker import config as config_module
-from ray_broker.config import check_namespace_name, is_shared_filesystem, load_config, plan_config, save_config
+from ray_broker.config import (
+    GROUP_COMMIT_ENV,
+    GROUP_COMMIT_THREADS,
+    check_namespace_name,
+    is_shared_filesystem,
+    load_config,
+    plan_config,
+    save_config,
+)
 from ray_broker.entities import (
     FIXED_QUEUE_PROPERTIES,
     MAX_USER_METADATA_LENGTH,
@@ -192,6 +200,20 @@ def test_config_is_persisted_and_partition_count_is_immutable(tmp_path: Path) ->
         plan_config("demo", sku="standard", partitions=None, data_dir=str(data), gateways=1,
                      durability="normal", **ONE_NODE)
     assert load_config(str(data)) == again
+
+
+def test_group_commit_is_opted_into_at_start_and_kept_in_the_configuration(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    data = tmp_path / "demo"
+    plain = plan_config("demo", sku="standard", partitions=None, data_dir=str(data), gateways=1,
+                        durability="normal", **ONE_NODE)
+    assert plain.call_threads == 1, "one call at a time unless asked"
+    monkeypatch.setenv(GROUP_COMMIT_ENV, "on")
+    grouped = plan_config("demo", sku="standard", partitions=None, data_dir=str(data), gateways=1,
+                          durability="normal", **ONE_NODE)
+    assert grouped.call_threads == GROUP_COMMIT_THREADS > 1
+    save_config(grouped)
+    assert load_config(str(data)) == grouped
 
 
 def test_memory_namespaces_keep_no_files(tmp_path: Path) -> None:
