@@ -13,11 +13,6 @@ from typing import Any, Awaitable, Iterator, Sequence
 
 from ..errors import InvalidOperationError, OperationTimeoutError
 from ..protocol import MAIN, PEEK_LOCK
-from . import planner
-from .channel import PartitionUnavailable
-from .definitions import Definitions
-from .reaching import ATTEMPT_TIMEOUT_S, PartitionReach
-from .receiving import RECEIVER_IDLE_S, Hints, ReceiverState, Watch, brought, releases
 from ..wire import (
     SESSION_OPERATIONS,
     AcceptSession,
@@ -27,6 +22,11 @@ from ..wire import (
     Settle,
     Settlement,
 )
+from . import planner
+from .channel import PartitionUnavailable
+from .definitions import Definitions
+from .reaching import ATTEMPT_TIMEOUT_S, PartitionReach
+from .receiving import RECEIVER_IDLE_S, Hints, ReceiverState, Watch, brought, releases
 from .rounds import RELEASING, ReceiveRounds
 
 WATCH_TIMEOUT_S = 10.0

@@ -18,9 +18,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from ..wire import HeldSession, Settlement
 from .channel import PartitionUnavailable
 from .reaching import ATTEMPT_TIMEOUT_S
-from ..wire import HeldSession, Settlement
 from .rounds import ReceiveRounds
 from .router import Router
 

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
 from ..protocol import MAIN, PEEK_LOCK
-from . import planner
 from ..wire import HeldSession, PartitionRequest, Receive, Send, Settle, Settlement
+from . import planner
 from .channel import PartitionUnavailable
 from .health import PartitionHealth
 from .receiving import Hints, ReceiverState

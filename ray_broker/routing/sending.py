@@ -9,13 +9,13 @@ from typing import Any, Awaitable, Iterator, Sequence
 
 from ..errors import PartitionUnavailableError
 from ..sku import Sku
+from ..wire import CancelScheduled, CommitTransaction, Send, TransactionOperation
 from . import planner
 from .channel import PartitionUnavailable
 from .definitions import Definitions
 from .health import RETRY_BACKOFF
 from .reaching import PartitionReach
 from .receiving import Hints
-from ..wire import CancelScheduled, CommitTransaction, Send, TransactionOperation
 from .rounds import SendPlan, UnkeyedPart, place, plan_send
 
 UNKEYED_SETTLE_S = 10.0
