@@ -20,6 +20,7 @@ import logging
 import os
 import threading
 import time
+from collections import Counter
 from typing import Any, Callable
 
 import ray
@@ -167,6 +168,9 @@ class PartitionActor:
         self._ended: set[str] = set()
         """Receivers whose waiting receives are to end now (they are closing)."""
         self._forwarder: _ForwardThread | None = None
+        self._calls: Counter[str] = Counter()
+        """Calls taken, by method (and by operation for `run`): see `call_counts`."""
+        self._calls_lock = threading.Lock()
         self._committer = GroupCommitter(self.engine, self._execute, lock=self._lock, committed=self._committed)
         threading.Thread(target=self._housekeeping_loop, name="housekeeping", daemon=True).start()
 
@@ -211,13 +215,17 @@ class PartitionActor:
     def run(self, *fields: Any) -> Any:
         """Run one partition request, as `wire.encode` gave it (`InvalidOperationError` for an
         operation partitions do not run); answered once the commit that holds it is done."""
-        return self._committer.submit([decode(fields)])[0]
+        request = decode(fields)
+        self._count(request.OPERATION)
+        return self._committer.submit([request])[0]
 
     def run_batch(self, requests: list[list[Any]]) -> list[Any]:
         """Run several encoded partition requests in one call and one store commit, in order;
         results in the same order. A request that raises ends the batch: those before it stay
         applied."""
-        return self._committer.submit([decode(fields) for fields in requests])
+        batch = [decode(fields) for fields in requests]
+        self._count("+".join(request.OPERATION for request in batch))
+        return self._committer.submit(batch)
 
     def _run(self, request: PartitionRequest) -> Any:
         """Run a request alone, outside the groups (a waiting receive's check already holds the
@@ -233,6 +241,7 @@ class PartitionActor:
     def wait_available(self, entity: str, subq: int, session_id: str | None = None,
                        free_session: bool = False, timeout: float = 5.0) -> bool:
         """Return True as soon as a receive could get a message, or False after `timeout` seconds."""
+        self._count("wait_available")
         return self._wait(lambda: self.engine.has_available(entity, subq, session_id, free_session) or None,
                           timeout) is not None
 
@@ -248,7 +257,8 @@ class PartitionActor:
         that finds the messages or nothing, rather than a test for messages and then the receive.
         Messages found after waiting go only to a `caller` that is still there (see `callers`):
         those locked for one that died are released at once, no delivery counted."""
-        empty: dict[str, Any] = {"messages": [], "more": False}
+        self._count("receive_waiting")
+        empty: dict[str, Any] = {"messages": [], "more": False, "backlog": 0}
         ref = None if session is None else SessionRef(session[0], session[1])
         request = Receive(entity, subq, max_count, mode, ref, seen)
         checks = 0
@@ -307,6 +317,18 @@ class PartitionActor:
                 if remaining <= 0:
                     return None
                 self._changed.wait(remaining)
+
+    def _count(self, kind: str) -> None:
+        with self._calls_lock:
+            self._calls[kind] += 1
+
+    def call_counts(self) -> dict[str, int]:
+        """The calls this process has taken since it started, by kind: `run` by its operation
+        (`send`, `receive`, `settle`, ...), `run_batch` by its operations joined with `+`
+        (`settle+receive`), `receive_waiting` and `wait_available` (for benchmarks and operators:
+        Ray calls per message moved)."""
+        with self._calls_lock:
+            return dict(self._calls)
 
     def pid(self) -> int:
         """The process id (for operators and failure tests)."""

@@ -82,10 +82,14 @@ def broker_namespace(prefix: str, *, sku: str = "standard", partitions: int | No
             shutil.rmtree(data_dir, ignore_errors=True)
 
 
+def partition_handles(ns: rb.Namespace) -> list[Any]:
+    """The partition actors of a namespace, by partition index."""
+    return [ray.get_actor(partition_actor_name(ns.name, k), namespace=RAY_NAMESPACE) for k in range(ns.partition_count)]
+
+
 def partition_pids(ns: rb.Namespace) -> dict[int, int]:
     """Process id of each partition actor of a namespace, by partition index."""
-    handles = [ray.get_actor(partition_actor_name(ns.name, k), namespace=RAY_NAMESPACE) for k in range(ns.partition_count)]
-    return dict(enumerate(ray.get([h.pid.remote() for h in handles], timeout=60)))
+    return dict(enumerate(ray.get([h.pid.remote() for h in partition_handles(ns)], timeout=60)))
 
 
 def gateway_pid(ns: rb.Namespace, index: int = 0) -> int:

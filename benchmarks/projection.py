@@ -17,6 +17,7 @@ cores (the model is stated there). Targets: 16 partitions on 16 cores >= 6x one 
 from __future__ import annotations
 
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
@@ -32,6 +33,7 @@ from .common import (
     int_list,
     machine_info,
     parser,
+    partition_handles,
     partition_pids,
     ratio,
     run_and_emit,
@@ -111,17 +113,27 @@ def actor_pid(handle: Any) -> int:
     return int(actor_table(handle._actor_id.hex())["Pid"])
 
 
+def call_counts(partitions: list[Any]) -> Counter[str]:
+    """The calls the partitions have taken so far, by kind, summed over them."""
+    total: Counter[str] = Counter()
+    for counts in ray.get([p.call_counts.remote() for p in partitions], timeout=60):
+        total.update(counts)
+    return total
+
+
 def measure(known: dict[int, str], calls: Callable[[ScaleConfig], list[Any]],
-            config: ProjectionConfig) -> dict[str, Any]:
+            config: ProjectionConfig, partitions: list[Any] | None = None) -> dict[str, Any]:
     """Run the clients' warm-up pass, then timed passes until `config.min_window` seconds have
     passed (CPU times come in clock ticks: a longer window reads them closer), with the CPU of
     every Ray process read before and after; the aggregate throughput and the CPU profile of the
     window. `known` names the kinds of processes the tree alone cannot tell (clients, partitions,
     gateway, queue actor). Processes that started or ended within the window are left out and
-    counted."""
+    counted. With `partitions` (their actors), the Ray calls they took in the window are counted
+    too, by kind, per 100 messages moved."""
     if config.warmup:
         ray.get(calls(config.cycles(warmup=True)))
     kinds = {**ray_processes(), **known}
+    calls_before = call_counts(partitions) if partitions else Counter()
     before = cpu_seconds(list(kinds))
     start = time.perf_counter()
     results: list[dict[str, Any]] = []
@@ -130,6 +142,7 @@ def measure(known: dict[int, str], calls: Callable[[ScaleConfig], list[Any]],
     seconds = time.perf_counter() - start
     after_kinds = {**ray_processes(), **known}
     after = cpu_seconds(list(after_kinds))
+    calls_taken = call_counts(partitions) - calls_before if partitions else Counter()
     both = [pid for pid in before if pid in after]
     by_kind: dict[str, float] = {}
     for pid in both:
@@ -144,6 +157,8 @@ def measure(known: dict[int, str], calls: Callable[[ScaleConfig], list[Any]],
         "window_s": round(seconds, 3),
         "cpu_cores_busy": round(sum(by_kind.values()) / seconds, 2),
         "processes_not_measured": len((set(before) | set(after)) - set(both)),
+        "partition_calls_per_100_msgs": {kind: round(100 * n / profile.messages, 2)
+                                         for kind, n in sorted(calls_taken.items())},
         "profile": profile,
     }
 
@@ -172,9 +187,10 @@ def run(config: ProjectionConfig) -> dict[str, Any]:
                 ns.create_queue(QUEUE)
                 known = {**client_kinds, **{pid: PARTITIONS for pid in partition_pids(ns).values()},
                          gateway_pid(ns): "gateway"}
+                handles = partition_handles(ns)
                 for count in config.clients:
                     point = measure(known, lambda cfg: [c.broker.remote(ns, QUEUE, cfg)
-                                                        for c in clients[:count]], config)
+                                                        for c in clients[:count]], config, handles)
                     points.append({"system": "broker", "partitions": partitions, "clients": count, **point})
     finally:
         for client in clients:
@@ -260,6 +276,10 @@ def table(doc: dict[str, Any]) -> str:
              f"{cfg['body_size']} B per client, premium sku, durability={cfg['durability']}; projected msgs/s (bound)")
     headers = ["system", "clients", "msgs/s here", "cores busy", "total", *kinds, "busiest part.",
                *(f"{n} cores" for n in cores)]
+    brokers = [r for r in doc["results"] if r["system"] == "broker"]
+    call_kinds = sorted({kind for r in brokers for kind in r["partition_calls_per_100_msgs"]})
+    call_rows = [[f"{r['partitions']} partitions", r["clients"], sum(r["partition_calls_per_100_msgs"].values()),
+                  *(r["partition_calls_per_100_msgs"].get(k) for k in call_kinds)] for r in brokers]
     head = doc["projection"]
     by_clients = head["ratios_by_clients"]
     ratio_rows = [[f"{head['partitions_high']} vs {head['partitions_low']} partitions",
@@ -269,6 +289,8 @@ def table(doc: dict[str, Any]) -> str:
     ratio_headers = ["projected ratio", *(f"{c} cl.{' (cl. elsewhere)' if v != VARIANTS[0] else ''}"
                                           for c in by_clients for v in VARIANTS)]
     return "\n\n".join([format_table(title, headers, rows),
+                         format_table("Ray calls the partitions took per 100 messages, by kind",
+                                      ["system", "clients", "all", *call_kinds], call_rows),
                          format_table(f"Projected ratios on {head['cores']} cores, by client count measured",
                                       ratio_headers, ratio_rows),
                          targets_table(doc["targets"])])

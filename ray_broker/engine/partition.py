@@ -149,7 +149,7 @@ class PartitionEngine:
 
     def receive(self, entity: str, subq: int, max_count: int, mode: str = PEEK_LOCK,
                 session: SessionRef | None = None, session_seen: int | None = None) -> dict[str, Any]:
-        """Take up to `max_count` available messages in sequence order: `{"messages", "more"}`.
+        """Take up to `max_count` available messages in sequence order: `{"messages", "more", "backlog"}`.
 
         See `receiving.receive`.
         """

@@ -441,6 +441,14 @@ class Queries:
             sql = f"{_SELECT_MESSAGE} WHERE {scope} AND m.locked_until <= :now ORDER BY m.id LIMIT :limit"
         return _rows(MessageRow, self.db.execute(sql, args))
 
+    def count_free(self, entity_id: int, subq: int, after: int, session_id: str | None, cap: int) -> int:
+        """How many never-locked active rows with a row id above `after` there are, counting up to
+        `cap` (a walk of the free index alone)."""
+        scope = _AVAILABLE if session_id is None else _AVAILABLE_IN_SESSION
+        args = {"eid": entity_id, "subq": subq, "after": after, "session_id": session_id, "cap": cap}
+        sql = f"SELECT count(*) FROM (SELECT 1 FROM messages m WHERE {scope} AND m.locked_until IS NULL LIMIT :cap)"
+        return int(self.db.execute(sql, args).fetchone()[0])
+
     def locked_in_session(self, entity_id: int, subq: int, session_id: str, now: float, after_seq: int,
                           limit: int) -> list[MessageRow]:
         """Active messages of a session above sequence `after_seq` still locked (under the session's lock)."""

@@ -13,14 +13,18 @@ from .state import Fragment, PartitionState
 
 END_OF_SEQUENCES = (1 << 63) - 1
 """Above every sequence number a partition gives (the largest SQLite integer): a browse with no end."""
+BACKLOG_ROWS_COUNTED = 256
+"""A receive that leaves messages behind counts at most this many of the rows after what it took,
+for its reply's `backlog` (a walk of an index, a few microseconds)."""
 
 
 def receive(state: PartitionState, entity: str, subq: int, max_count: int, mode: str = PEEK_LOCK,
             session: SessionRef | None = None, session_seen: int | None = None) -> dict[str, Any]:
     """Take up to `max_count` available messages in sequence order.
 
-    Returns `{"messages": [record, ...], "more": bool}`; `more` says whether further messages
-    are available right now. In peek-lock mode each message is locked and its delivery count
+    Returns `{"messages": [record, ...], "more": bool, "backlog": int}`; `more` says whether
+    further messages are available right now, and `backlog` how many at least (a lower bound
+    read on the way, for callers choosing where to receive next; 0 when `more` is false). In peek-lock mode each message is locked and its delivery count
     raised; in receive-and-delete mode it is removed.
 
     A session receiver passes `session_seen`, the highest sequence number it has received in
@@ -33,7 +37,7 @@ def receive(state: PartitionState, entity: str, subq: int, max_count: int, mode:
         session_id, session_until = state.check_session(frag, subq, session)
         now = state.clock.now()
         state.activate_due(now, frag)
-        taken, more = _take_available(state, frag, subq, max_count, now, session_id)
+        taken, backlog = _take_available(state, frag, subq, max_count, now, session_id)
         if session_id is not None and session_seen is not None and mode == PEEK_LOCK:
             unseen = state.queries.locked_in_session(frag.entity_id, subq, session_id, now, int(session_seen),
                                                      max_count)
@@ -44,16 +48,20 @@ def receive(state: PartitionState, entity: str, subq: int, max_count: int, mode:
             state.remove(frag, [row.id for row in taken], [row.body for row in taken], sum(row.size for row in taken))
             records = [r for row, p in zip(taken, found)
                        for r in messages.records(row, p, row.delivery_count + 1, locked=False)]
-            return {"messages": records, "more": more}
+            return _reply(records, backlog)
         until = session_until if session_id is not None else now + frag.options["lock_duration"]
-        return {"messages": _lock(state, taken, until), "more": more}
+        return _reply(_lock(state, taken, until), backlog)
+
+
+def _reply(records: list[dict[str, Any]], backlog: int) -> dict[str, Any]:
+    return {"messages": records, "more": backlog > 0, "backlog": backlog}
 
 
 def _take_available(state: PartitionState, frag: Fragment, subq: int, max_count: int, now: float,
-                    session_id: str | None) -> tuple[list[MessageRow], bool]:
+                    session_id: str | None) -> tuple[list[MessageRow], int]:
     """Rows holding up to `max_count` deliverable messages in order (screening out expired and
-    over-delivered ones on the way, cutting a run that holds more than are wanted), and whether
-    more are available beyond them."""
+    over-delivered ones on the way, cutting a run that holds more than are wanted), and how many
+    more at least are available beyond them (`_backlog`; 0 when there are none)."""
     taken: list[MessageRow] = []
     count, after = 0, 0
     while True:
@@ -61,15 +69,24 @@ def _take_available(state: PartitionState, frag: Fragment, subq: int, max_count:
         rows = state.available_rows(frag, subq, now, wanted + 1, session_id, after)
         for row in state.screen(frag, rows, now):
             if count >= max_count:
-                return taken, True
+                return taken, _backlog(state, frag, subq, session_id, taken, row.span)
             if row.span > max_count - count:
                 taken.append(messages.cut(state.queries, row, [max_count - count])[0])
-                return taken, True
+                return taken, _backlog(state, frag, subq, session_id, taken, row.span - (max_count - count))
             taken.append(row)
             count += row.span
         if len(rows) <= wanted:
-            return taken, False
+            return taken, 0
         after = rows[-1].id
+
+
+def _backlog(state: PartitionState, frag: Fragment, subq: int, session_id: str | None, taken: list[MessageRow],
+             next_row: int) -> int:
+    """How many messages at least are left after `taken`: those of the next row (`next_row`, a
+    run's count), or the never-locked rows after it, counted up to `BACKLOG_ROWS_COUNTED`,
+    whichever is more."""
+    after = taken[-1].id if taken else 0
+    return max(next_row, state.queries.count_free(frag.entity_id, subq, after, session_id, BACKLOG_ROWS_COUNTED))
 
 
 def _lock(state: PartitionState, rows: list[MessageRow], until: float) -> list[dict[str, Any]]:
@@ -95,7 +112,7 @@ def _with_unseen(state: PartitionState, frag: Fragment, subq: int, max_count: in
     kept = {r["sequence_number"]: r for row, p in zip(again, messages.payloads(state.queries, again))
             for r in messages.records(row, p, row.delivery_count, locked=True)}
     more = len(taken) >= max_count and state.exists_available(frag, subq, now, session_id)
-    return {"messages": [locked.get(row.seq) or kept[row.seq] for row in taken], "more": more}
+    return _reply([locked.get(row.seq) or kept[row.seq] for row in taken], int(more))
 
 
 def receive_deferred(state: PartitionState, entity: str, subq: int, sequence_numbers: Iterable[int],

@@ -61,7 +61,7 @@ class PartitionChannel(Protocol):
                               session: SessionRef | None, seen: int | None,
                               timeout: float) -> dict[str, Any]:
         """A receive on partition `index` that waits up to `timeout` for messages and returns them
-        locked for `receiver_id` (`{"messages": [...], "more": bool}`; empty after the timeout)."""
+        locked for `receiver_id` (`{"messages": [...], "more": bool, "backlog": int}`; empty after the timeout)."""
         ...
 
     async def end_waits(self, index: int, receiver_id: str) -> None:

@@ -27,7 +27,7 @@ from .channel import PartitionUnavailable
 from .definitions import Definitions
 from .reaching import ATTEMPT_TIMEOUT_S, PartitionReach
 from .receiving import RECEIVER_IDLE_S, Hints, ReceiverState, Watch, brought, releases
-from .rounds import RELEASING, ReceiveRounds
+from .rounds import RELEASING, ReceiveRounds, fewest
 
 WATCH_TIMEOUT_S = 10.0
 """The longest one wait on a partition lasts before it is renewed."""
@@ -116,7 +116,7 @@ class ReceiveCoordinator:
                 outcomes = await asyncio.gather(*(reach.channel.call(c.partition, c.calls, ATTEMPT_TIMEOUT_S)
                                                   for c in calls), return_exceptions=True)
                 if not job.apply(calls, outcomes, reach.health, reach.clock()):
-                    hints.update(dict.fromkeys(chosen, False))
+                    hints.update(dict.fromkeys(chosen, 0))
         except asyncio.CancelledError:
             watches, cached = state.detach()
             self._in_background(self._give_back(receiver_id, state.entity, subq,
@@ -155,13 +155,13 @@ class ReceiveCoordinator:
             return hosts if 0 in partitions else []
         return [k for k in hosts if k in partitions]
 
-    def choose(self, hosts: list[int], hints: dict[int, bool], pending: dict[int, list[int]], need: int) -> list[int]:
-        """The partitions one round of a receive asks: those that may hold messages and are
-        available, from a rotating start, those with carried settlements first, at most `need`."""
+    def choose(self, hosts: list[int], hints: dict[int, int], pending: dict[int, list[int]], need: int) -> list[int]:
+        """The partitions one round of a receive asks: of those that may hold messages and are
+        available, taken from a rotating start, the fewest that can fill it (`rounds.fewest`)."""
         now = self._reach.clock()
-        ready = [k for k in hosts if hints.get(k, True) and self._reach.health.available(k, now)]
+        ready = [k for k in hosts if hints.get(k, 1) and self._reach.health.available(k, now)]
         offset = next(self._spread) % len(ready) if ready else 0
-        return sorted(ready[offset:] + ready[:offset], key=lambda k: k not in pending)[:need]
+        return fewest(ready[offset:] + ready[:offset], hints, pending, need)
 
     def _settle_groups(self, definition: dict[str, Any], subq: int, session: HeldSession | None,
                        ops: list[Settlement], pending: dict[int, list[int]], results: list[Any],
@@ -185,7 +185,7 @@ class ReceiveCoordinator:
         replies = await self._reach.keyed(k, Settle(name, subq, ops, None if session is None else session.ref),
                                           deadline=deadline, entity=name)
         if any(op.action in RELEASING for op in ops):
-            self.hints.of(name, subq, None if session is None else session.session_id)[k] = True
+            self.hints.mark(name, subq, None if session is None else session.session_id, [k], True)
         return replies  # type: ignore[no-any-return]
 
     def receiver(self, receiver_id: str, entity: str, subq: int) -> ReceiverState:
@@ -196,7 +196,7 @@ class ReceiveCoordinator:
         return state
 
     async def _fetch_any(self, state: ReceiverState, receiver_id: str, definition: dict[str, Any], subq: int,
-                         hosts: list[int], timeout: float, hints: dict[int, bool], wanted: int) -> None:
+                         hosts: list[int], timeout: float, hints: dict[int, int], wanted: int) -> None:
         """Wait on every host partition at once with receives that carry the messages that wake
         them, until one brings some or `timeout` passes (then, when more than one message is
         `wanted`, `GATHER_WINDOW_S` more for the others); what they bring lands in the receiver's
@@ -224,7 +224,7 @@ class ReceiveCoordinator:
             await self._reach.sleep(0.05)
 
     async def _fetch(self, k: int, receiver_id: str, entity: str, subq: int, count: int, timeout: float,
-                     hints: dict[int, bool]) -> list[tuple[int, dict[str, Any]]]:
+                     hints: dict[int, int]) -> list[tuple[int, dict[str, Any]]]:
         try:
             reply = await self._reach.channel.receive_waiting(k, receiver_id, entity, subq, count, PEEK_LOCK, None, None,
                                                        timeout)
@@ -232,7 +232,7 @@ class ReceiveCoordinator:
             self._reach.health.failed(k, self._reach.clock())
             return []
         self._reach.health.succeeded(k)
-        hints[k] = bool(reply["more"])
+        hints[k] = int(reply["backlog"])
         return [(k, r) for r in reply["messages"]]
 
     async def _wait_any(self, definition: dict[str, Any], subq: int, session_id: str | None, free_session: bool,
@@ -284,7 +284,7 @@ class ReceiveCoordinator:
             return False
         self._reach.health.succeeded(k)
         if not free_session:
-            self.hints.of(entity, subq, session_id)[k] = available
+            self.hints.of(entity, subq, session_id)[k] = int(available)
         return available
 
     async def settle(self, entity: str, subq: int, session: HeldSession | None, ops: list[Settlement],

@@ -93,7 +93,7 @@ def receive_now(router: Router, receiver_id: str, entity: str, subq: int, mode: 
     session_id = None if session is None else session.session_id
     hosts = receives.receive_hosts(definition, session, partitions)
     hints = router.hints.of(definition["name"], subq, session_id)
-    if not state.cache and not any(hints.get(k, True) for k in hosts):
+    if not state.cache and not any(hints.get(k, 1) for k in hosts):
         return None
     job = ReceiveRounds(state, hints, entity, subq, mode, session, max_count, prefetch, settlements,
                         receives.settlement_groups(definition, session, settlements), time.time())

@@ -85,17 +85,22 @@ class ReceiverState:
 
 
 class Hints:
-    """Which partitions are known to hold messages of an entity's sub-queue (or of one session):
-    a partition missing from an entity's map may hold some. Sends and releases mark partitions
-    as holding; receives that find nothing, as empty."""
+    """How many messages of an entity's sub-queue (or of one session) each partition is known to
+    hold, at least: 0 for a partition known to be empty; a partition missing from an entity's map
+    may hold any number. Sends add what they stored, releases and waits that saw messages mark at
+    least one, and receives set what their reply says is left (its `backlog`)."""
 
     def __init__(self) -> None:
-        self._known: dict[tuple[str, int, str | None], dict[int, bool]] = {}
+        self._known: dict[tuple[str, int, str | None], dict[int, int]] = {}
 
-    def of(self, entity: str, subq: int, session_id: str | None) -> dict[int, bool]:
-        """The map of `entity`'s sub-queue (or session), partition -> holds messages (made on first use)."""
+    def of(self, entity: str, subq: int, session_id: str | None) -> dict[int, int]:
+        """The map of `entity`'s sub-queue (or session), partition -> messages it holds at least
+        (made on first use)."""
         return self._known.setdefault((entity.lower(), subq, session_id), {})
 
     def mark(self, entity: str, subq: int, session_id: str | None, partitions: Iterable[int], holds: bool) -> None:
-        """Mark `partitions` as holding messages of the sub-queue (or session), or as empty."""
-        self.of(entity, subq, session_id).update(dict.fromkeys(partitions, holds))
+        """Mark `partitions` as holding messages of the sub-queue (or session: at least one, or
+        what was known), or as empty."""
+        known = self.of(entity, subq, session_id)
+        for k in partitions:
+            known[k] = max(known.get(k, 0), 1) if holds else 0

@@ -100,10 +100,59 @@ def plan_send(definition: dict[str, Any], batches: Sequence[tuple[list[dict[str,
 def place(result: list[int | None], indexes: list[int], seqs: Sequence[int | None], hints: Hints,
           entity: str, k: int) -> None:
     """Record partition `k`'s sequence numbers for the messages at `indexes` of a batch, and that
-    `k` now holds messages of the entity."""
+    `k` now holds that many more messages of the entity (of those it was known to hold)."""
     for i, seq in zip(indexes, seqs):
         result[i] = seq
-    hints.of(entity, MAIN, None)[k] = True
+    known = hints.of(entity, MAIN, None)
+    known[k] = known.get(k, 0) + len(indexes)
+
+
+def fewest(ready: list[int], hints: dict[int, int], pending: dict[int, list[int]], need: int) -> list[int]:
+    """The partitions a receive round asks, of `ready` (in the order given): the fewest that can
+    fill `need` by what they are known to hold. Those with pending settlements come first (the
+    receive carries them), then the rest by the messages they hold, most first; a partition not
+    known counts as one message, so a receive that knows nothing asks up to `need` partitions at
+    once, and one that knows where a batch waits asks that partition alone.
+
+    >>> fewest([0, 1, 2, 3], {0: 0, 1: 5, 2: 120}, {}, 100)
+    [2]
+    >>> fewest([0, 1, 2, 3], {1: 5, 2: 40}, {3: [0]}, 100)
+    [3, 2, 1]
+    """
+    chosen: list[int] = []
+    covered = 0
+    for k in sorted(ready, key=lambda k: (k not in pending, -hints.get(k, 0))):
+        if covered >= need:
+            break
+        chosen.append(k)
+        covered += hints.get(k, 1)
+    return chosen
+
+
+def shares(chosen: list[int], hints: dict[int, int], need: int) -> list[int]:
+    """How many messages a round asks of each of `chosen`: of a partition known to hold some, up
+    to that many, in order; what is left of `need` is split among the partitions not known (or,
+    when all are known, asked of the first), since what they hold is only a lower bound.
+
+    >>> shares([2], {2: 120}, 100)
+    [100]
+    >>> shares([3, 2, 1], {1: 5, 2: 40}, 100)
+    [55, 40, 5]
+    >>> shares([4, 5, 6], {}, 10)
+    [4, 3, 3]
+    >>> shares([2, 1], {1: 5, 2: 40}, 100)
+    [95, 5]
+    """
+    out = []
+    left = need
+    for k in chosen:
+        take = min(hints.get(k, 0), left)
+        out.append(take)
+        left -= take
+    unknown = [j for j, k in enumerate(chosen) if k not in hints] or [0]
+    for n, j in enumerate(unknown):
+        out[j] += left // len(unknown) + (1 if n < left % len(unknown) else 0)
+    return out
 
 
 # ---------------------------------------------------------------------------- receiving
@@ -138,7 +187,7 @@ class ReceiveRounds:
     every message the receive took back in the cache and is raised.
     """
 
-    def __init__(self, state: ReceiverState, hints: dict[int, bool], entity: str, subq: int, mode: str,
+    def __init__(self, state: ReceiverState, hints: dict[int, int], entity: str, subq: int, mode: str,
                  session: HeldSession | None, max_count: int, prefetch: int, settlements: list[Settlement],
                  pending: dict[int, list[int]], wall_now: float) -> None:
         self.state = state
@@ -168,13 +217,12 @@ class ReceiveRounds:
     def calls(self, chosen: list[int], settle_others: bool) -> list[RoundCall]:
         """This round's calls: a receive on each of `chosen` (carrying its pending settlements) and,
         with `settle_others`, a settle on each other partition with pending settlements."""
-        need = self.wanted
-        shares = [need // len(chosen) + (1 if j < need % len(chosen) else 0) for j in range(len(chosen))] if chosen else []
+        asked = shares(chosen, self.hints, self.wanted) if chosen else []
         extra = max(0, self.prefetch - len(self.state.cache)) if self.mode == PEEK_LOCK else 0
         seen = 0 if self.session is None else self.state.highest_sequence(self.session.seen)
         ref = None if self.session is None else self.session.ref
         out = []
-        for j, (k, share) in enumerate(zip(chosen, shares)):
+        for j, (k, share) in enumerate(zip(chosen, asked)):
             carried = self.pending.pop(k, [])
             calls: list[PartitionRequest] = \
                 [settle_call(self.entity, self.subq, self.settlements, carried, self.session)] if carried else []
@@ -197,7 +245,7 @@ class ReceiveRounds:
             if isinstance(outcome, PartitionUnavailable):
                 health.failed(k, now)
                 if call.receives:
-                    self.hints[k] = False
+                    self.hints[k] = 0
                 if call.carried:
                     self.pending.setdefault(k, []).extend(call.carried)
             elif isinstance(outcome, BaseException):
@@ -212,8 +260,8 @@ class ReceiveRounds:
                         self.settled[i] = result
                 if call.receives:
                     reply = outcome[-1]
-                    self.hints[k] = bool(reply["more"]) or any(self.settlements[i].action in RELEASING
-                                                               for i in call.carried)
+                    self.hints[k] = max(int(reply["backlog"]), int(any(self.settlements[i].action in RELEASING
+                                                                        for i in call.carried)))
                     fetched.append([(k, r) for r in reply["messages"]])
         self._hand_out(fetched)
         if failure is not None:

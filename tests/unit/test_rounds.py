@@ -50,14 +50,34 @@ def completes(records: list[tuple[int, dict[str, Any]]]) -> list[Settlement]:
     return [Settlement("complete", r["sequence_number"], r["lock_token"]) for _, r in records]
 
 
-async def test_a_round_shares_the_count_out_and_the_first_call_asks_the_prefetch_too() -> None:
+async def test_a_round_asks_each_partition_what_it_holds_and_the_first_call_asks_the_prefetch_too() -> None:
     setup = await holding({0: 6, 1: 6, 2: 6})
     job = rounds(setup, 7, prefetch=3)
-    calls = job.calls([0, 1, 2], settle_others=False)
-    counts = [call.calls[-1].max_count for call in calls]
-    assert counts == [3 + 3, 2, 2], "7 shared out 3/2/2, the prefetch on the first"
+    calls = job.calls(setup.router.receives.choose([0, 1, 2], job.hints, {}, job.wanted), settle_others=False)
+    assert [call.calls[-1].max_count for call in calls] == [6 + 3, 1], \
+        "two of three partitions known to hold 6 each fill 7: all of the first (asked the prefetch too), one more"
     assert run(setup, job, calls)
-    assert len(job.out) == 7 and len(job.state.cache) == 3, "the surplus waits in the receiver's cache"
+    assert len(job.out) == 7 and not job.state.cache, "the first held only its 6"
+    assert sorted(job.hints.values()) == [0, 5, 6], "each reply says how many it still holds"
+
+
+async def test_a_round_that_knows_nothing_shares_the_count_out_over_the_partitions() -> None:
+    setup = await holding({0: 6, 1: 6, 2: 6})
+    job = rounds(setup, 7)
+    job.hints.clear()
+    calls = job.calls(setup.router.receives.choose([0, 1, 2], job.hints, {}, job.wanted), settle_others=False)
+    assert sorted(call.calls[-1].max_count for call in calls) == [2, 2, 3], "7 shared out 3/2/2"
+    assert run(setup, job, calls)
+    assert len(job.out) == 7 and sorted(job.hints.values()) == [3, 4, 4], "each reply says how many are left"
+
+
+async def test_a_receive_asks_only_the_partition_known_to_hold_a_batch() -> None:
+    setup = await holding({3: 100})
+    job = rounds(setup, 100)
+    chosen = setup.router.receives.choose(list(range(PARTITIONS)), job.hints, {}, job.wanted)
+    assert chosen == [3], "the send told the router where its 100 messages are"
+    assert run(setup, job, job.calls(chosen, settle_others=False))
+    assert len(job.out) == 100 and job.hints[3] == 0
 
 
 async def test_settlements_ride_with_their_partitions_receive_and_the_others_go_alone_when_asked() -> None:
@@ -89,7 +109,7 @@ async def test_a_partition_that_does_not_answer_gets_its_settlements_back_and_co
     run(setup, job, calls)
     on_1 = [i for i, op in enumerate(settlements) if op.sequence_number >> 48 == 1]
     assert job.left() == on_1 and job.pending == {1: on_1}
-    assert job.hints[1] is False and not setup.router.reach.health.available(1, setup.clock.now())
+    assert job.hints[1] == 0 and not setup.router.reach.health.available(1, setup.clock.now())
     assert all(job.settled[i] is None for i in range(4) if i not in on_1)
 
 

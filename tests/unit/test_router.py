@@ -177,7 +177,7 @@ async def test_closing_releases_prefetched_messages_without_counting_a_delivery(
     reply = await setup.router.receives.receive("r1", "q", MAIN, PEEK_LOCK, None, 1, 1.0, 4, [])
     assert len(reply["messages"]) == 1
     assert await setup.router.receives.close_receiver("r1") == 4
-    assert setup.router.hints.of("q", MAIN, None)[2] is True, "released messages make their partition ready"
+    assert setup.router.hints.of("q", MAIN, None)[2] >= 1, "released messages make their partition ready"
     again = await setup.router.receives.receive("r2", "q", MAIN, PEEK_LOCK, None, 10, 1.0, 0, [])
     assert sorted(r["delivery_count"] for r in again["messages"]) == [1, 1, 1, 1]
 

@@ -6,6 +6,7 @@ from typing import Any, Callable
 import pytest
 
 from ray_broker import Message, codec
+from ray_broker.engine.receiving import BACKLOG_ROWS_COUNTED
 from ray_broker.errors import InvalidArgumentError, InvalidOperationError, MessagingEntityNotFoundError
 from ray_broker.routing import home_partition, partition_of
 
@@ -113,3 +114,17 @@ def test_a_payload_that_is_not_an_encoded_message_is_refused(broker: Broker, pay
     with pytest.raises(InvalidArgumentError, match="message 1 of the batch to 'q' is not an encoded message"):
         broker.engine.send("q", [Message("ok").to_envelope(), {"payload": payload, "size": 10}])
     assert broker.engine.runtime("q")["active"] == 0
+
+
+def test_receive_says_how_many_messages_are_left_at_least(broker: Broker) -> None:
+    broker.create_queue("q")
+    broker.send("q", *(f"batch-{i}" for i in range(100)))
+    part = broker.engine.receive("q", 0, 30)
+    assert len(part["messages"]) == 30 and part["backlog"] == 70, "the rest of the batch's run"
+    for i in range(300):
+        broker.send("q", f"single-{i}")
+    more = broker.engine.receive("q", 0, 70)
+    assert more["backlog"] == BACKLOG_ROWS_COUNTED, "single messages counted up to the bound"
+    broker.engine.receive("q", 0, 300 - BACKLOG_ROWS_COUNTED)
+    last = broker.engine.receive("q", 0, 1000)
+    assert len(last["messages"]) == BACKLOG_ROWS_COUNTED and last["backlog"] == 0 and last["more"] is False
