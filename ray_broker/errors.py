@@ -27,6 +27,9 @@ __all__ = [
     "ServerBusyError",
     "UnauthorizedError",
     "StoreLockedError",
+    "ReplicationError",
+    "StaleEpochError",
+    "OutOfOrderChangeError",
     "ClusterUnreachableError",
     "MessageAlreadySettled",
     "unwrap_remote_error",
@@ -124,6 +127,33 @@ class UnauthorizedError(ServiceBusError):
 
 class StoreLockedError(InvalidOperationError):
     """Another process owns the partition store: one writer per store, so this opener touched nothing."""
+
+
+class ReplicationError(InvalidOperationError):
+    """A replica of a partition's store refused a leader's change or copy.
+
+    `epoch` and `position` are the replica's own: the epoch it follows (or leads) and the last
+    change it holds, from which a leader can resume.
+    """
+
+    def __init__(self, message: str, *, epoch: int = 0, position: int = 0, entity: str | None = None,
+                 partition: int | None = None) -> None:
+        super().__init__(message, entity=entity, partition=partition)
+        self.epoch = epoch
+        self.position = position
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.message,), dict(self.__dict__))
+
+
+class StaleEpochError(ReplicationError):
+    """The change, copy or epoch comes from an epoch older than the replica's: its sender was
+    deposed and must stop leading."""
+
+
+class OutOfOrderChangeError(ReplicationError):
+    """The change does not follow the replica's last one (a gap, or a position it holds from
+    another epoch): the leader resends from the replica's `position`, or sends a full copy."""
 
 
 class ClusterUnreachableError(ServiceBusError, ConnectionError):

@@ -159,6 +159,22 @@ class MessageCount(NamedTuple):
     count: int
 
 
+class ReplicaPosition(NamedTuple):
+    """Where a store stands among the changes of its replicated partition."""
+
+    epoch: int
+    """The epoch the store leads or follows (0 before any)."""
+    position: int
+    """The position of the last change the store holds (0 for none)."""
+
+
+class EpochStart(NamedTuple):
+    """The first position of an epoch on a store (the position its first change takes)."""
+
+    epoch: int
+    first_position: int
+
+
 R = TypeVar("R", bound=tuple)  # type: ignore[type-arg]
 
 
@@ -300,6 +316,33 @@ class Queries:
                         "OR substr(producer, 1, :prefix_length) <> :prefix)",
                         {"since": idle_since, "named_since": named_idle_since,
                          "prefix_length": len(NAMED_PRODUCER_PREFIX), "prefix": NAMED_PRODUCER_PREFIX})
+
+    # ------------------------------------------------------------------ replication
+
+    def replica_position(self) -> ReplicaPosition:
+        """The store's epoch and the position of its last change."""
+        (found,) = _rows(ReplicaPosition, self.db.execute("SELECT epoch, position FROM replication"))
+        return found
+
+    def advance_position(self) -> ReplicaPosition:
+        """Count one more change in the store's epoch; the epoch and the change's position."""
+        (found,) = _rows(ReplicaPosition, self.db.execute(
+            "UPDATE replication SET position = position + 1 RETURNING epoch, position"))
+        return found
+
+    def set_position(self, epoch: int, position: int) -> None:
+        """Record the store's epoch and the position of its last change."""
+        self.db.execute("UPDATE replication SET epoch = :epoch, position = :position",
+                        {"epoch": epoch, "position": position})
+
+    def epoch_history(self) -> list[EpochStart]:
+        """The epochs the store led or followed, each with its first position, in epoch order."""
+        return _rows(EpochStart, self.db.execute("SELECT epoch, first_position FROM epochs ORDER BY epoch"))
+
+    def add_epoch(self, epoch: int, first_position: int) -> None:
+        """Record that epoch `epoch` begins at `first_position` on this store."""
+        self.db.execute("INSERT INTO epochs (epoch, first_position) VALUES (:epoch, :first)",
+                        {"epoch": epoch, "first": first_position})
 
     # ------------------------------------------------------------------ transactions
 

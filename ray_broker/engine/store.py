@@ -8,16 +8,23 @@ survives power loss) and `memory` (no disk).
 The schema carries a version (`PRAGMA user_version`); opening a store brings it up to
 `SCHEMA_VERSION` by running the missing `MIGRATIONS` in order, each in its own transaction, so a
 store written by an earlier release opens with its messages.
+
+A replicated store (`replicated=True`, a partition's leader) records the writes of each committed
+unit of work as a `Change` for its followers (see `changes`), and counts it in its replication
+position, written in the same transaction as the writes. Any store can be copied whole
+(`snapshot`) and replaced by such a copy (`restore`); followers apply changes with `replication`.
 """
 from __future__ import annotations
 
 import contextlib
 import os
 import sqlite3
-from typing import Iterator, Protocol
+from typing import Iterator, Protocol, cast
 
-from ..errors import InvalidArgumentError, InvalidOperationError
+from ..errors import InvalidArgumentError, InvalidOperationError, StaleEpochError
 from ..routing import COUNTER_BITS
+from .changes import Change, Recorder
+from .queries import EpochStart, Queries, ReplicaPosition
 from .store_lock import StoreLock
 
 DURABILITY_MODES = ("normal", "fsync", "memory")
@@ -176,6 +183,19 @@ CREATE TABLE transfers (
 );
 """
 
+_REPLICATION_V7 = """
+CREATE TABLE replication (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    epoch INTEGER NOT NULL,
+    position INTEGER NOT NULL
+);
+INSERT INTO replication (id, epoch, position) VALUES (1, 0, 0);
+CREATE TABLE epochs (
+    epoch INTEGER PRIMARY KEY,
+    first_position INTEGER NOT NULL
+);
+"""
+
 MIGRATIONS: tuple[str, ...] = (
     _SCHEMA_V1,  # 0 -> 1: the first release's tables (stores it wrote have them already, unversioned)
     _MESSAGE_ROWS_V2,  # 1 -> 2: entities numbered; messages keyed by (entity number, counter); bodies apart
@@ -183,6 +203,7 @@ MIGRATIONS: tuple[str, ...] = (
     _RUNS_V4,  # 3 -> 4: runs (one row and one body for consecutive messages of a batch)
     _SHARED_BODIES_V5,  # 4 -> 5: rows that share another entity's body (a topic's, from its subscriptions)
     _TRANSACTIONS_AND_TRANSFERS_V6,  # 5 -> 6: committed transactions; the forwarder's outbox
+    _REPLICATION_V7,  # 6 -> 7: the replication position (epoch, last change) and the epochs' first positions
 )
 """`MIGRATIONS[v]` is the SQL script that brings a store at version v to version v + 1."""
 
@@ -214,18 +235,23 @@ class Store:
         owner: who opens it, recorded in the store's lock for a refused opener to read; an opener
             with the same owner waits up to `takeover_wait_s` for the lock (see `StoreLock`).
         partition: the partition the store belongs to, named in errors.
+        replicated: record the writes of every committed unit of work as a `Change` (for
+            `take_changes`); `db` is then a `Recorder` standing in for the connection, and every
+            write through it must happen inside a unit of work.
 
     Raises `StoreLockedError` when another process holds the store, before touching it.
 
     Example:
-        >>> store = Store(None, "memory")
+        >>> store = Store(None, "memory", replicated=True)
         >>> with store.transaction() as db:
         ...     _ = db.execute("INSERT INTO counters (entity, next_seq) VALUES ('q', 1)")
+        >>> [(c.position, [s.sql for s in c.statements]) for c in store.take_changes()]
+        [(1, ["INSERT INTO counters (entity, next_seq) VALUES ('q', 1)"])]
         >>> store.close()
     """
 
     def __init__(self, path: str | None, durability: str = "normal", *, owner: str | None = None,
-                 takeover_wait_s: float = 0.0, partition: int | None = None) -> None:
+                 takeover_wait_s: float = 0.0, partition: int | None = None, replicated: bool = False) -> None:
         if durability not in DURABILITY_MODES:
             raise InvalidArgumentError(f"durability must be one of {', '.join(DURABILITY_MODES)}, got {durability!r}")
         self.durability = durability
@@ -233,16 +259,27 @@ class Store:
         self.lock: StoreLock | None = None
         self._depth = 0
         self._participants: list[Participant] = []
+        self._recorder: Recorder | None = None
+        self._changes: list[Change] = []
         if self.path is not None:
             os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
             self.lock = StoreLock(self.path, owner or f"process {os.getpid()}", takeover_wait_s, partition)
             self.lock.acquire()
         try:
-            self.db = self._open()
+            connection = self._open()
         except BaseException:
             if self.lock is not None:
                 self.lock.release()
             raise
+        self.connection = connection
+        """The connection itself: what runs on it directly is never recorded."""
+        self.db = connection
+        """What the partition's queries run on: the connection, or its `Recorder` when replicated."""
+        self._replication = Queries(self.connection)
+        if replicated:
+            self._recorder = Recorder(self.connection)
+            self.join(self._recorder)
+            self.db = cast(sqlite3.Connection, self._recorder)
 
     def _open(self) -> sqlite3.Connection:
         db = sqlite3.connect(self.path or ":memory:", isolation_level=None, check_same_thread=False)
@@ -265,7 +302,7 @@ class Store:
     @property
     def version(self) -> int:
         """The schema version of the open store."""
-        return int(self.db.execute("PRAGMA user_version").fetchone()[0])
+        return int(self.connection.execute("PRAGMA user_version").fetchone()[0])
 
     def join(self, participant: Participant) -> None:
         """Keep `participant` in step with this store's transactions: its pending changes are
@@ -283,18 +320,23 @@ class Store:
 
         The outermost block is one `BEGIN IMMEDIATE ... COMMIT`; a block opened inside it is a
         `SAVEPOINT`, whose failure undoes only its own writes (and its participants' changes), so
-        that many operations can share one store transaction.
+        that many operations can share one store transaction. A replicated store's outermost commit
+        also counts the unit's writes as its next change (see `take_changes`).
         """
         depth = self._depth
         marks = [p.savepoint() for p in self._participants]
-        self.db.execute("BEGIN IMMEDIATE" if depth == 0 else f"SAVEPOINT unit{depth}")
+        db = self.connection
+        db.execute("BEGIN IMMEDIATE" if depth == 0 else f"SAVEPOINT unit{depth}")
         self._depth = depth + 1
+        change = None
         try:
             yield self.db
             if depth > 0:
-                self.db.execute(f"RELEASE unit{depth}")
+                db.execute(f"RELEASE unit{depth}")
             else:
-                self.db.execute("COMMIT")
+                if self._recorder is not None:
+                    change = self._seal(self._recorder)
+                db.execute("COMMIT")
         except BaseException:
             self._depth = depth
             self._undo(depth, marks)
@@ -303,24 +345,109 @@ class Store:
         if depth == 0:
             for participant in self._participants:
                 participant.commit()
+            if change is not None:
+                self._changes.append(change)
+
+    def _seal(self, recorder: Recorder) -> Change | None:
+        """The change the committing unit of work makes, its position counted in the same
+        transaction (None when it wrote nothing)."""
+        statements = recorder.take()
+        if not statements:
+            return None
+        epoch, position = self._replication.advance_position()
+        return Change(epoch, position, statements)
 
     def _undo(self, depth: int, marks: list[int]) -> None:
+        db = self.connection
         if depth > 0:
-            self.db.execute(f"ROLLBACK TO unit{depth}")
-            self.db.execute(f"RELEASE unit{depth}")
-        elif self.db.in_transaction:
-            self.db.execute("ROLLBACK")
+            db.execute(f"ROLLBACK TO unit{depth}")
+            db.execute(f"RELEASE unit{depth}")
+        elif db.in_transaction:
+            db.execute("ROLLBACK")
         for participant, mark in zip(self._participants, marks):
             participant.rollback(mark)
 
+    def take_changes(self) -> list[Change]:
+        """The changes committed since the last call, in order (a replicated store's: none otherwise).
+
+        A leader takes them after each commit (a group commit's included), before it answers the
+        callers whose work they hold, and ships them to its followers."""
+        taken, self._changes = self._changes, []
+        return taken
+
+    @property
+    def replication_position(self) -> ReplicaPosition:
+        """The epoch the store leads or follows and the position of its last change ((0, 0) for a
+        store that has none)."""
+        return self._replication.replica_position()
+
+    def epoch_history(self) -> list[EpochStart]:
+        """Each epoch the store led or followed with the position its first change took, in order."""
+        return self._replication.epoch_history()
+
+    def snapshot(self) -> bytes:
+        """A consistent copy of the whole store (its replication position and epochs included),
+        for `restore` on another store; taken outside a unit of work, so that it holds only
+        committed data.
+
+        The copy is the database image in rollback-journal form: the header of a file store's
+        image names write-ahead logging, which a database opened from memory cannot use."""
+        self._check_outside_unit("take a snapshot")
+        image = self.connection.serialize()
+        if image[18:20] != b"\x02\x02":
+            return image
+        patched = bytearray(image)
+        patched[18:20] = b"\x01\x01"
+        return bytes(patched)
+
+    def restore(self, data: bytes) -> None:
+        """Replace the whole store with `data`, a copy `snapshot` took (of a leader, for a
+        follower too far behind or diverged): in one step, keeping this store's file, journal mode
+        and settings; its replication position and epochs come with the copy.
+
+        An engine over this store keeps caches of the old contents: build it after a restore.
+
+        Raises `InvalidArgumentError` for data that is no snapshot of this release's schema and
+        `StaleEpochError` for a copy from an older epoch than this store's.
+        """
+        self._check_outside_unit("restore a snapshot")
+        if not isinstance(data, (bytes, bytearray)) or not data:
+            raise InvalidArgumentError(f"a store snapshot is non-empty bytes, got {type(data).__name__} of "
+                                       f"{len(data) if isinstance(data, (bytes, bytearray)) else 0} bytes; take one "
+                                       "with Store.snapshot")
+        copy = sqlite3.connect(":memory:", isolation_level=None)
+        try:
+            try:
+                copy.deserialize(data)
+                version = int(copy.execute("PRAGMA user_version").fetchone()[0])
+            except sqlite3.DatabaseError as exc:
+                raise InvalidArgumentError(f"the data is not a store snapshot ({exc}); take one with "
+                                           "Store.snapshot") from None
+            if version != SCHEMA_VERSION:
+                raise InvalidArgumentError(f"the snapshot has schema version {version}, not this release's "
+                                           f"{SCHEMA_VERSION}; take it with Store.snapshot of this release")
+            copied = Queries(copy).replica_position()
+            own = self.replication_position
+            if copied.epoch < own.epoch:
+                raise StaleEpochError(f"the snapshot is of epoch {copied.epoch}, older than this store's epoch "
+                                      f"{own.epoch}: its sender no longer leads; take the copy from the leader of "
+                                      f"epoch {own.epoch} or later", epoch=own.epoch, position=own.position)
+            copy.backup(self.connection)
+        finally:
+            copy.close()
+
+    def _check_outside_unit(self, what: str) -> None:
+        if self._depth:
+            raise InvalidOperationError(f"cannot {what} inside a unit of work; do it between units of work")
+
     def integrity_check(self) -> str:
         """SQLite's own integrity check: 'ok' when the database is sound."""
-        return str(self.db.execute("PRAGMA integrity_check").fetchone()[0])
+        return str(self.connection.execute("PRAGMA integrity_check").fetchone()[0])
 
     def close(self) -> None:
         """Close the database and let go of its lock (idempotent)."""
         with contextlib.suppress(sqlite3.ProgrammingError):
-            self.db.close()
+            self.connection.close()
         if self.lock is not None:
             self.lock.release()
 
