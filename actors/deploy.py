@@ -1,13 +1,21 @@
 """Deploying and tearing down a namespace's actors; nothing it imports imports it back."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 import ray_broker.errors as errors
-from ray_broker.config import RAY_NAMESPACE, NamespaceConfig, gateway_actor_name, partition_actor_name, spread_node
+from ray_broker.config import (
+    MAX_REPLICAS,
+    RAY_NAMESPACE,
+    NamespaceConfig,
+    gateway_actor_name,
+    partition_actor_name,
+    replica_actor_name,
+    spread_node,
+)
 from ray_broker.errors import ServiceBusError
 
 from .gateway_actor import GatewayActor
@@ -29,7 +37,7 @@ def gateway_actor(config: NamespaceConfig, index: int) -> Any:
     return GatewayActor.options(
         name=config.gateway_name(index), namespace=RAY_NAMESPACE, lifetime="detached", get_if_exists=True,
         max_restarts=-1, max_task_retries=0, num_cpus=0, max_concurrency=10000, scheduling_strategy=placement,
-    ).remote(config.to_dict())
+    ).remote(config.to_dict(), index)
 
 
 def deploy(config: NamespaceConfig, timeout: float = 120.0) -> None:
@@ -38,12 +46,14 @@ def deploy(config: NamespaceConfig, timeout: float = 120.0) -> None:
     A partition that fails to start (its store held by another process) fails the whole start:
     every actor created here is removed again and the partition's typed error is raised.
     """
-    handles = [partition_actor(config, k) for k in range(config.partition_count)]
+    handles = [partition_actor(config, k, r) for k in range(config.partition_count) for r in range(config.replicas)]
     gateways = [gateway_actor(config, i) for i in range(config.gateways)]
     try:
         ray.get([h.pid.remote() for h in handles] + [g.pid.remote() for g in gateways], timeout=timeout)
+        if config.replicated:
+            ray.get(gateways[0].call.remote("routing_table"), timeout=timeout)
     except ray.exceptions.ActorDiedError as exc:
-        teardown(config.name, config.partition_count, config.gateways)
+        teardown(config.name, config.partition_count, config.gateways, config.replicas)
         raise creation_failure(exc) or exc from None
 
 
@@ -62,14 +72,23 @@ def creation_failure(exc: BaseException) -> ServiceBusError | None:
     return None
 
 
-def teardown(name: str, partition_count: int | None, gateways: int | None) -> None:
-    """Kill a namespace's actors (without restart); their stores stay on disk."""
-    for actor_name, count in ((gateway_actor_name, gateways), (partition_actor_name, partition_count)):
-        index = 0
-        while count is None or index < count:
-            handle = find_actor(actor_name(name, index))
-            if handle is None and count is None:
-                break
-            if handle is not None:
-                ray.kill(handle, no_restart=True)
-            index += 1
+def teardown(name: str, partition_count: int | None, gateways: int | None, replicas: int | None = None) -> None:
+    """Kill a namespace's actors (without restart); their stores stay on disk. Counts not known
+    (None) are found by name: up to the first index with no actor."""
+    _kill(lambda i: gateway_actor_name(name, i), gateways)
+    _kill(lambda k: partition_actor_name(name, k), partition_count)
+    for r in range(MAX_REPLICAS if replicas is None else replicas if replicas > 1 else 0):
+        _kill(lambda k, r=r: replica_actor_name(name, k, r), partition_count)  # type: ignore[misc]
+
+
+def _kill(actor_name: Callable[[int], str], count: int | None) -> None:
+    """Kill the actors `actor_name` names for 0 .. count - 1 (without restart), or up to the first
+    missing one when `count` is None."""
+    index = 0
+    while count is None or index < count:
+        handle = find_actor(actor_name(index))
+        if handle is None and count is None:
+            break
+        if handle is not None:
+            ray.kill(handle, no_restart=True)
+        index += 1

@@ -56,6 +56,7 @@ from ray_broker.wire import (
 )
 
 from .handles import partition_actor
+from .leadership import DecidedElsewhere, ReplicaSets
 
 SWEEP_INTERVAL_S = 30.0
 REPLACE_WAIT_S = 10.0
@@ -99,6 +100,9 @@ class GatewayHandles:
         self._handles[index] = handle
         self.epochs[index] += 1
 
+    async def ready(self) -> None:
+        """Nothing to wait for: handles are made on first use."""
+
     def table(self) -> dict[str, Any]:
         """The routing table: every partition's handle and epoch."""
         return {"handles": [self.handle(k) for k in range(self.config.partition_count)], "epochs": list(self.epochs)}
@@ -107,11 +111,15 @@ class GatewayHandles:
 class Gateway:
     """Gateway logic: management over a `Router`, and the routing table; `GatewayActor` is its Ray shell."""
 
-    def __init__(self, config: NamespaceConfig) -> None:
+    def __init__(self, config: NamespaceConfig, index: int = 0) -> None:
         self.config = config
         self.sku = get_sku(config.sku)
         self.count = config.partition_count
-        self.handles = GatewayHandles(config)
+        self.handles: GatewayHandles | ReplicaSets | DecidedElsewhere = \
+            GatewayHandles(config) if not config.replicated else ReplicaSets(config) if index == 0 \
+            else DecidedElsewhere(config)
+        """Where partition handles come from: made here, or with several replicas each partition's
+        leader, decided here (the first gateway) or by the first gateway."""
         self.router = Router(config.name, RayChannel(self.count, self.handles), self.sku)
         self.operations: dict[str, Callable[..., Awaitable[Any]]] = {
             "create_entity": self.create_entity, "create_subscription": self.create_subscription,
@@ -126,14 +134,19 @@ class Gateway:
 
     async def routing_table(self) -> dict[str, Any]:
         """Every partition's actor handle and epoch, for clients that call partitions directly."""
+        await self.handles.ready()
         return self.handles.table()
 
     async def partition_failed(self, index: int, epoch: int) -> dict[str, Any]:
-        """A client found partition `index` (as of `epoch`) dead for good: recreate it unless that
-        was done already, and return the current routing table."""
+        """A client found partition `index` (as of `epoch`) dead for good: recreate it (with
+        several replicas: find it a leader) unless that was done already, and return the current
+        routing table."""
         if not 0 <= index < self.count:
             raise InvalidOperationError(f"partition {index} does not exist in namespace {self.config.name!r}")
-        if self.handles.epochs[index] == epoch:
+        if not isinstance(self.handles, GatewayHandles):
+            await self.handles.ready()
+            await self.handles.failed(index, epoch)
+        elif self.handles.epochs[index] == epoch:
             try:
                 await self.router.reach.call_one(index, ListEntities())
             except PartitionUnavailable:
@@ -342,8 +355,8 @@ class Gateway:
 class GatewayActor:
     """Gateway `i` of a namespace (a Ray shell over `Gateway`)."""
 
-    def __init__(self, config: dict[str, Any]) -> None:
-        self.gateway = Gateway(NamespaceConfig(**config))
+    def __init__(self, config: dict[str, Any], index: int = 0) -> None:
+        self.gateway = Gateway(NamespaceConfig(**config), index)
         self._sweeper: asyncio.Task[None] | None = None
 
     def _ensure_sweeper(self) -> None:
@@ -366,6 +379,8 @@ class GatewayActor:
         A receive that waited hands its messages only to a `caller` still there (see `callers`):
         those locked for one that died are released, no delivery counted."""
         self._ensure_sweeper()
+        if operation != "partition_failed":
+            await self.gateway.handles.ready()
         if operation in DATA_OPERATIONS:
             started = time.monotonic()
             args = decode_router_args(operation, args)

@@ -20,36 +20,36 @@ def alive_nodes() -> list[str]:
 
 
 def _placement(config: NamespaceConfig, index: int) -> dict[str, Any]:
-    """Where partition `index` may run: on the node its store is on, or anywhere, spread over the
-    nodes, when stores are shared or in memory.
+    """Where partition `index` (a replica's `slot`, with several replicas) may run: on the node its
+    store is on, or anywhere, spread over the nodes, when stores are shared or in memory.
 
     A partition placed by store label runs only where that label is, so after losing its node it
     comes back when the label (and so its disk) does. A partition placed by node id is pinned to
     that node while it is alive; once it is gone (a node id never comes back: a returning node
     gets a new one) the partition is made on a live node instead (`spread_node`), from the store
-    it finds there."""
+    it finds there; a replica stays where it was placed (its copies are on other nodes)."""
     if config.placement is None:
         return {"scheduling_strategy": "SPREAD"}
     kind, _, value = config.placement[index].partition(":")
     if kind == "label":
         return {"label_selector": {STORE_LABEL: value}}
     alive = alive_nodes()
-    if displaced(config, index, alive):
+    if displaced(config, index, alive) and not config.replicated:
         value = spread_node(index, alive) or value
     return {"scheduling_strategy": NodeAffinitySchedulingStrategy(node_id=value, soft=False)}
 
 
-def partition_actor(config: NamespaceConfig, index: int) -> Any:
-    """Get partition `index`, creating it (from its store) if it does not exist.
+def partition_actor(config: NamespaceConfig, index: int, replica: int = 0) -> Any:
+    """Get partition `index` (its replica `replica`), creating it (from its store) if it does not exist.
 
     Its calls record no task events (Ray's per-task history for the dashboard): a partition serves
     one call per batch, and the recording costs each call about 0.1 ms here. Its default group runs
     `config.call_threads` calls at once (waiting receives have a group of their own)."""
     return PartitionActor.options(
-        name=config.partition_name(index), namespace=RAY_NAMESPACE, lifetime="detached", get_if_exists=True,
+        name=config.replica_name(index, replica), namespace=RAY_NAMESPACE, lifetime="detached", get_if_exists=True,
         max_restarts=-1, max_task_retries=0, num_cpus=0, enable_task_events=False, max_concurrency=config.call_threads,
-        **_placement(config, index),
-    ).remote(config.to_dict(), index)
+        **_placement(config, config.slot(index, replica)),
+    ).remote(config.to_dict(), index, replica)
 
 
 def find_actor(name: str) -> Any | None:

@@ -25,14 +25,17 @@ from typing import Any, Callable
 
 import ray
 
+from actors.gateway_caller import GatewayCaller
 from actors.metrics import PartitionMetrics
+from actors.replica import Replica
 from actors.seeding import away_from_home, seed_entities
 from ray_broker.callers import CallerWatch, Token
-from ray_broker.config import NODE_DATA_DIR_ENV, RAY_NAMESPACE, NamespaceConfig
+from ray_broker.config import NODE_DATA_DIR_ENV, NamespaceConfig
 from ray_broker.engine.group_commit import Group, GroupCommitter
 from ray_broker.engine.operations import operation
 from ray_broker.engine.partition import PartitionEngine
 from ray_broker.engine.store import Store
+from ray_broker.errors import InvalidOperationError, NotLeaderError
 from ray_broker.protocol import PEEK_LOCK
 from ray_broker.routing.forwarding import Forwarder
 from ray_broker.routing.health import BACKOFF
@@ -54,39 +57,35 @@ FORWARD_IDLE_S = 1.0
 """How often the forwarder looks at the outbox when nothing woke it."""
 STORE_TAKEOVER_WAIT_S = 30.0
 """How long a restarted partition waits for its previous process to let go of the store's lock."""
-class _Gateway:
-    """A gateway of the namespace as the forwarder calls it (for the routing table)."""
-
-    def __init__(self, config: NamespaceConfig, index: int) -> None:
-        self._name = config.gateway_name(index)
-
-    async def call_async(self, operation: str, *args: Any, timeout: float) -> Any:
-        gateway = ray.get_actor(self._name, namespace=RAY_NAMESPACE)
-        return await asyncio.wait_for(gateway.call.remote(operation, *args), timeout)
-
-
 class _LockedOutbox:
-    """The engine's outbox as the forwarder thread uses it: every call under the partition's lock."""
+    """The engine's outbox as the forwarder thread uses it: every call under the partition's lock,
+    each write made `durable` before it returns."""
 
-    def __init__(self, engine: PartitionEngine, lock: threading.RLock) -> None:
+    def __init__(self, engine: Callable[[], PartitionEngine], lock: threading.RLock,
+                 durable: Callable[[], None]) -> None:
         self._engine = engine
         self._lock = lock
+        self._durable = durable
 
     def forwards(self) -> bool:
         with self._lock:
-            return self._engine.forwards()
+            return self._engine().forwards()
 
     def take_transfer(self, limit: int) -> dict[str, Any] | None:
         with self._lock:
-            return self._engine.take_transfer(limit)
+            transfer = self._engine().take_transfer(limit)
+            self._durable()
+            return transfer
 
     def transfer_done(self, transfer_id: int) -> None:
         with self._lock:
-            self._engine.transfer_done(transfer_id)
+            self._engine().transfer_done(transfer_id)
+            self._durable()
 
     def transfer_failed(self, transfer_id: int, reason: str, description: str) -> None:
         with self._lock:
-            self._engine.transfer_failed(transfer_id, reason, description)
+            self._engine().transfer_failed(transfer_id, reason, description)
+            self._durable()
 
 
 class _ForwardThread(threading.Thread):
@@ -114,7 +113,7 @@ class _ForwardThread(threading.Thread):
     async def _forward(self) -> None:
         self._loop, self._wake = asyncio.get_running_loop(), asyncio.Event()
         config = self._config
-        handles = TableHandles(_Gateway(config, self._index % config.gateways))
+        handles = TableHandles(GatewayCaller(config, self._index % config.gateways))
         router = Router(config.name, RayChannel(config.partition_count, handles), get_sku(config.sku))
         forwarder = Forwarder(self._index, self._outbox, router)
         attempt = 0
@@ -138,28 +137,32 @@ class _ForwardThread(threading.Thread):
                 pass
 
 
-@ray.remote(concurrency_groups={"waits": WAIT_THREADS})
+@ray.remote(concurrency_groups={"waits": WAIT_THREADS, "replication": 1})
 class PartitionActor:
     """Partition `index` of a namespace; its store is reopened whenever Ray restarts it.
 
     The store is opened under its exclusive lock, owned by this cluster's actor of this name: a
     restart takes the lock over from its dead predecessor, and any other process is refused with
     `StoreLockedError` (the actor then fails to start, touching nothing).
+
+    With several replicas per partition (`NamespaceConfig.replicas`) this is replica `replica`: it
+    follows (applying its leader's changes, refusing callers with `NotLeaderError`) until the
+    control plane tells it to `lead` (see `actors.replica`).
     """
 
-    def __init__(self, config: dict[str, Any], index: int) -> None:
+    def __init__(self, config: dict[str, Any], index: int, replica: int = 0) -> None:
         namespace = NamespaceConfig(**config)
         self.config = namespace
         self.index = index
         self._callers = CallerWatch()
-        owner = f"Ray cluster {ray.get_runtime_context().gcs_address}, actor {namespace.partition_name(index)}"
-        path = namespace.store_path(index, os.environ.get(NODE_DATA_DIR_ENV))
-        store = Store(path, namespace.durability, owner=owner,
-                      takeover_wait_s=STORE_TAKEOVER_WAIT_S, partition=index)
-        self.engine = PartitionEngine(index, namespace.partition_count, store)
-        if away_from_home(namespace, index, self.node()) and not self.engine.list_entities():
-            seed_entities(namespace, index, self.engine)
-        self.metrics = PartitionMetrics(namespace.name, index, namespace.partition_count, self.engine)
+        owner = f"Ray cluster {ray.get_runtime_context().gcs_address}, actor {namespace.replica_name(index, replica)}"
+        path = namespace.store_path(index, os.environ.get(NODE_DATA_DIR_ENV), replica)
+        self.store = Store(path, namespace.durability, owner=owner, takeover_wait_s=STORE_TAKEOVER_WAIT_S,
+                           partition=index, replicated=namespace.replicated)
+        self.replica = Replica(namespace, index, replica, self.store) if namespace.replicated else None
+        self.engine: PartitionEngine | None = None
+        self.metrics: PartitionMetrics | None = None
+        self._committer: GroupCommitter | None = None
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
         """Notified whenever messages may have become available."""
@@ -171,8 +174,35 @@ class PartitionActor:
         self._calls: Counter[str] = Counter()
         """Calls taken, by method (and by operation for `run`): see `call_counts`."""
         self._calls_lock = threading.Lock()
-        self._committer = GroupCommitter(self.engine, self._execute, lock=self._lock, committed=self._committed)
+        if self.replica is None:
+            self._serve()
         threading.Thread(target=self._housekeeping_loop, name="housekeeping", daemon=True).start()
+
+    def _serve(self) -> None:
+        """Build the engine over the store (as it is now) and serve calls."""
+        engine = PartitionEngine(self.index, self.config.partition_count, self.store)
+        if self.replica is None and away_from_home(self.config, self.index, self.node()) and \
+                not engine.list_entities():
+            seed_entities(self.config, self.index, engine)
+        self.metrics = PartitionMetrics(self.config.name, self.index, self.config.partition_count, engine)
+        self._committer = GroupCommitter(engine, self._execute, lock=self._lock, durable=self._durable,
+                                         committed=self._committed)
+        self.engine = engine
+
+    def _serving(self) -> tuple[PartitionEngine, PartitionMetrics, GroupCommitter]:
+        """The engine, its metrics and committer; `NotLeaderError` on a replica that does not lead."""
+        engine, metrics, committer = self.engine, self.metrics, self._committer
+        if engine is None or metrics is None or committer is None:
+            raise NotLeaderError(f"replica {self.replica.replica if self.replica else 0} of partition {self.index} "
+                                 f"of namespace {self.config.name!r} does not lead it; find its leader in the routing "
+                                 "table and ask again", partition=self.index)
+        return engine, metrics, committer
+
+    def _durable(self) -> None:
+        """Make what was just committed durable beyond this store: on a replicated partition, held
+        by enough replicas (`Replica.ship`, under the lock); nothing to do with one replica."""
+        if self.replica is not None:
+            self.replica.ship()
 
     def _notify(self) -> None:
         """Wake waiting receives and the forwarder (the caller holds the lock)."""
@@ -186,11 +216,17 @@ class PartitionActor:
             time.sleep(HOUSEKEEPING_INTERVAL_S)
             try:
                 with self._lock:
-                    if self._forwarder is None and self.engine.forwards():
-                        self._forwarder = _ForwardThread(self.config, self.index, _LockedOutbox(self.engine, self._lock))
+                    if self.engine is None or self.metrics is None:
+                        continue
+                    engine, metrics = self.engine, self.metrics
+                    if self._forwarder is None and engine.forwards():
+                        self._forwarder = _ForwardThread(self.config, self.index,
+                                                         _LockedOutbox(lambda: self._serving()[0], self._lock,
+                                                                       self._durable))
                         self._forwarder.start()
-                    changed = self.metrics.run(self.engine.housekeeping)
-                    if self.metrics.tick() or changed:
+                    changed = metrics.run(engine.housekeeping)
+                    self._durable()
+                    if metrics.tick() or changed:
                         self._notify()
                 failures = 0
             except Exception:  # noqa: BLE001 - housekeeping must keep running; the next round retries
@@ -202,13 +238,14 @@ class PartitionActor:
 
     def _execute(self, request: PartitionRequest) -> Any:
         """Run one request on the engine (in a group, under the lock), counted by the metrics."""
+        engine, metrics, _ = self._serving()
         how = operation(request)
-        return self.metrics.run(lambda: how.run(self.engine, request), request)
+        return metrics.run(lambda: how.run(engine, request), request)
 
     def _committed(self, group: Group) -> None:
         """After a group's commit (under the lock): count it, and wake waiting receives and the
         forwarder if it may have made messages available."""
-        self.metrics.group_committed(len(group))
+        self._serving()[1].group_committed(len(group))
         if any(operation(request).wakes for request in group.requests()):
             self._notify()
 
@@ -217,7 +254,7 @@ class PartitionActor:
         operation partitions do not run); answered once the commit that holds it is done."""
         request = decode(fields)
         self._count(request.OPERATION)
-        return self._committer.submit([request])[0]
+        return self._serving()[2].submit([request])[0]
 
     def run_batch(self, requests: list[list[Any]]) -> list[Any]:
         """Run several encoded partition requests in one call and one store commit, in order;
@@ -225,7 +262,7 @@ class PartitionActor:
         applied."""
         batch = [decode(fields) for fields in requests]
         self._count("+".join(request.OPERATION for request in batch))
-        return self._committer.submit(batch)
+        return self._serving()[2].submit(batch)
 
     def _run(self, request: PartitionRequest) -> Any:
         """Run a request alone, outside the groups (a waiting receive's check already holds the
@@ -233,6 +270,7 @@ class PartitionActor:
         messages available."""
         with self._lock:
             result = self._execute(request)
+            self._durable()
             if operation(request).wakes:
                 self._notify()
         return result
@@ -242,7 +280,8 @@ class PartitionActor:
                        free_session: bool = False, timeout: float = 5.0) -> bool:
         """Return True as soon as a receive could get a message, or False after `timeout` seconds."""
         self._count("wait_available")
-        return self._wait(lambda: self.engine.has_available(entity, subq, session_id, free_session) or None,
+        engine = self._serving()[0]
+        return self._wait(lambda: engine.has_available(entity, subq, session_id, free_session) or None,
                           timeout) is not None
 
     @ray.method(concurrency_group="waits")
@@ -258,6 +297,7 @@ class PartitionActor:
         Messages found after waiting go only to a `caller` that is still there (see `callers`):
         those locked for one that died are released at once, no delivery counted."""
         self._count("receive_waiting")
+        self._serving()
         empty: dict[str, Any] = {"messages": [], "more": False, "backlog": 0}
         ref = None if session is None else SessionRef(session[0], session[1])
         request = Receive(entity, subq, max_count, mode, ref, seen)
@@ -317,6 +357,64 @@ class PartitionActor:
                 if remaining <= 0:
                     return None
                 self._changed.wait(remaining)
+
+    # ------------------------------------------------------------------ replicas (see actors.replica)
+
+    def _replicated(self) -> Replica:
+        if self.replica is None:
+            raise InvalidOperationError(f"partition {self.index} of namespace {self.config.name!r} has one replica: "
+                                        "there is nothing to replicate")
+        return self.replica
+
+    @ray.method(concurrency_group="replication")
+    def replica_state(self) -> dict[str, Any]:
+        """This replica's epoch, position, epoch history, followed and led epochs, and (leading)
+        its followers' lag."""
+        replica = self._replicated()
+        with self._lock:
+            return {**replica.state(), "lag": replica.lag(), "node": self.node()}
+
+    @ray.method(concurrency_group="replication")
+    def fence(self, epoch: int) -> dict[str, Any]:
+        """Refuse changes from epochs older than `epoch` (stepping down if this replica led an
+        older one); this replica's state after it."""
+        replica = self._replicated()
+        with self._lock:
+            if replica.fence(epoch):
+                self._stop_serving()
+            return replica.state()
+
+    @ray.method(concurrency_group="replication")
+    def lead(self, epoch: int, followers: list[int]) -> None:
+        """Lead the partition in `epoch` with `followers` (the control plane fenced the replicas at
+        it and chose this one): build the engine from the store and serve."""
+        replica = self._replicated()
+        with self._lock:
+            replica.lead(epoch, followers)
+            self._serve()
+            self._notify()
+
+    @ray.method(concurrency_group="replication")
+    def apply_changes(self, epoch: int, changes: list[list[Any]]) -> int:
+        """Apply the leader's changes (see `Replica.apply_changes`); the position held after them."""
+        replica = self._replicated()
+        with self._lock:
+            return replica.apply_changes(epoch, changes)
+
+    @ray.method(concurrency_group="replication")
+    def install_copy(self, epoch: int, data: bytes) -> int:
+        """Replace the store with the leader's whole copy; the position it holds."""
+        replica = self._replicated()
+        with self._lock:
+            return replica.install_copy(epoch, data)
+
+    def _stop_serving(self) -> None:
+        """Stop serving (the lock held): callers are refused with `NotLeaderError` from now on and
+        waiting receives end."""
+        self.engine = None
+        self.metrics = None
+        self._committer = None
+        self._notify()
 
     def _count(self, kind: str) -> None:
         with self._calls_lock:

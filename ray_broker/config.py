@@ -15,6 +15,7 @@ from .sku import Sku, get_sku, partition_count_for
 
 RAY_NAMESPACE = "ray_broker"
 MAX_GATEWAYS = 16
+MAX_REPLICAS = 7
 _NAMESPACE_RE = re.compile(r"^[A-Za-z][A-Za-z0-9-]{0,49}$")
 _CONFIG_FILE = "namespace.msgpack"
 _NETWORK_FILESYSTEMS = ("nfs", "nfs4", "cifs", "smb3", "ceph", "fuse.sshfs", "glusterfs", "lustre", "gpfs",
@@ -24,6 +25,12 @@ _NETWORK_FILESYSTEMS = ("nfs", "nfs4", "cifs", "smb3", "ceph", "fuse.sshfs", "gl
 def partition_actor_name(namespace: str, index: int) -> str:
     """The Ray actor name of partition `index` of namespace `namespace` (the operations contract)."""
     return f"{namespace}.partition.{index}"
+
+
+def replica_actor_name(namespace: str, index: int, replica: int) -> str:
+    """The Ray actor name of replica `replica` of partition `index` when partitions have several
+    (the operations contract)."""
+    return f"{namespace}.partition.{index}.{replica}"
 
 
 def gateway_actor_name(namespace: str, index: int) -> str:
@@ -49,6 +56,28 @@ class NamespaceConfig:
     call_threads: int = 1
     """How many calls each partition takes at once: with more than one, calls that meet share one
     store commit (group commit; see `GROUP_COMMIT_ENV`)."""
+    replicas: int = 1
+    """Copies of every partition, each an actor with a store of its own on a node of its own; with
+    more than one, one leads and the others follow (see `replica_name`, `slot`)."""
+
+    @property
+    def replicated(self) -> bool:
+        """Whether partitions have several replicas."""
+        return self.replicas > 1
+
+    @property
+    def required_copies(self) -> int:
+        """How many replicas must hold a change before it is acknowledged: a majority, so that any
+        majority still reachable after a loss holds every acknowledged change."""
+        return self.replicas // 2 + 1
+
+    def slot(self, index: int, replica: int = 0) -> int:
+        """The place of replica `replica` of partition `index` among all replicas (in `placement`)."""
+        return index * self.replicas + replica
+
+    def replica_name(self, index: int, replica: int) -> str:
+        """The Ray actor name of a replica: the partition's own name with one replica."""
+        return replica_actor_name(self.name, index, replica) if self.replicated else self.partition_name(index)
 
     def partition_name(self, index: int) -> str:
         """The Ray actor name of partition `index`."""
@@ -58,13 +87,20 @@ class NamespaceConfig:
         """The Ray actor name of gateway `index`."""
         return gateway_actor_name(self.name, index)
 
-    def store_path(self, index: int, node_data_dir: str | None = None) -> str | None:
-        """Where partition `index` keeps its database (None for durability "memory"): in
-        `data_dir`, or under `node_data_dir/<name>` on a node that names its own (`NODE_DATA_DIR_ENV`)."""
+    def store_path(self, index: int, node_data_dir: str | None = None, replica: int = 0) -> str | None:
+        """Where partition `index` (its replica `replica`) keeps its database (None for durability
+        "memory"): in `data_dir`, or under `node_data_dir/<name>` on a node that names its own
+        (`NODE_DATA_DIR_ENV`)."""
         if self.data_dir is None:
             return None
         directory = self.data_dir if node_data_dir is None else os.path.join(node_data_dir, self.name)
-        return os.path.join(directory, f"partition-{index:03d}.sqlite3")
+        suffix = f"-replica-{replica}" if self.replicated else ""
+        return os.path.join(directory, f"partition-{index:03d}{suffix}.sqlite3")
+
+    def store_paths(self) -> list[tuple[int, str]]:
+        """Every store path of the namespace in `data_dir` (none in memory), each with its partition."""
+        paths = ((k, self.store_path(k, None, r)) for k in range(self.partition_count) for r in range(self.replicas))
+        return [(k, p) for k, p in paths if p is not None]
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -185,10 +221,12 @@ def store_directory(name: str, data_dir: str | None) -> str:
 
 
 def check_start_options(name: str, *, sku: str, partitions: int | None, gateways: int,
-                        durability: str) -> tuple[Sku, int]:
+                        durability: str, replicas: int = 1) -> tuple[Sku, int]:
     """Validate `start` arguments on their own, before anything starts: the tier and the partition
     count they give."""
     check_namespace_name(name)
+    if isinstance(replicas, bool) or not isinstance(replicas, int) or not 1 <= replicas <= MAX_REPLICAS:
+        raise InvalidArgumentError(f"replicas must be an int from 1 to {MAX_REPLICAS}, got {replicas!r}")
     tier = get_sku(sku)
     count = partition_count_for(tier, partitions)
     if isinstance(gateways, bool) or not isinstance(gateways, int) or not 1 <= gateways <= MAX_GATEWAYS:
@@ -212,20 +250,43 @@ def stored_config_for(name: str, tier: Sku, count: int, directory: str) -> Names
 
 def plan_config(name: str, *, sku: str, partitions: int | None, data_dir: str | None, gateways: int,
                 durability: str, nodes: list[tuple[str, str | None]], local_node: str,
-                auth_token_hash: str | None = None) -> NamespaceConfig:
+                auth_token_hash: str | None = None, replicas: int = 1) -> NamespaceConfig:
     """Validate `start` arguments, reconcile them with a configuration already on disk (read only)
     and place the partitions; `nodes` are the cluster's alive nodes (`(node_id, store label)`),
-    `local_node` the id of the one starting the namespace."""
-    tier, count = check_start_options(name, sku=sku, partitions=partitions, gateways=gateways, durability=durability)
+    `local_node` the id of the one starting the namespace.
+
+    With several `replicas`, every replica is placed (`slot` order), those of a partition on
+    distinct nodes (distinct store labels where nodes have them), in memory and on shared storage
+    too; more replicas than such nodes is refused."""
+    tier, count = check_start_options(name, sku=sku, partitions=partitions, gateways=gateways, durability=durability,
+                                      replicas=replicas)
     threads = GROUP_COMMIT_THREADS if os.environ.get(GROUP_COMMIT_ENV, "").lower() == "on" else 1
-    if durability == "memory":
-        return NamespaceConfig(name, tier.name, count, None, durability, gateways, None, auth_token_hash, threads)
-    directory = store_directory(name, data_dir)
-    stored = stored_config_for(name, tier, count, directory)
-    placement = None if is_shared_filesystem(directory) else place_partitions(
-        count, nodes, local_node, None if stored is None else stored.placement)
+    directory = None if durability == "memory" else store_directory(name, data_dir)
+    stored = None if directory is None else stored_config_for(name, tier, count, directory)
+    if stored is not None and stored.replicas != replicas:
+        raise InvalidOperationError(f"namespace {name!r} in {directory} was created with replicas={stored.replicas}; "
+                                    f"the replica count can never change (asked for {replicas}). Start it with "
+                                    f"replicas={stored.replicas}, or use another name or data_dir.")
+    if replicas > 1:
+        check_replica_nodes(replicas, nodes)
+        placement: tuple[str, ...] | None = place_partitions(
+            count * replicas, nodes, local_node, None if stored is None else stored.placement)
+    elif directory is None or is_shared_filesystem(directory):
+        placement = None
+    else:
+        placement = place_partitions(count, nodes, local_node, None if stored is None else stored.placement)
     return NamespaceConfig(name, tier.name, count, directory, durability, gateways, placement, auth_token_hash,
-                           threads)
+                           threads, replicas)
+
+
+def check_replica_nodes(replicas: int, nodes: list[tuple[str, str | None]]) -> None:
+    """Refuse `replicas` copies of each partition when the alive `nodes` cannot hold them on
+    distinct nodes (nodes with one store label count once)."""
+    distinct = {node_key(node_id, label) for node_id, label in nodes}
+    if len(distinct) < replicas:
+        raise InvalidOperationError(
+            f"replicas={replicas} needs {replicas} nodes with distinct stores (distinct {STORE_LABEL} labels where "
+            f"nodes have one); the cluster has {len(distinct)}. Add nodes, or start with replicas <= {len(distinct)}")
 
 
 def save_config(config: NamespaceConfig) -> None:

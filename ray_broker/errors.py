@@ -89,6 +89,12 @@ class PartitionUnavailableError(ServiceBusError):
     """The partition that must serve a keyed operation did not answer within the timeout."""
 
 
+class NotLeaderError(PartitionUnavailableError):
+    """A replica that does not lead its partition (a follower, or a leader that was deposed or
+    cannot reach enough followers) was asked to serve it: the caller finds the leader in the
+    routing table and asks again."""
+
+
 class MessageLockLostError(ServiceBusError):
     """The message's lock expired or the message was settled elsewhere."""
 

@@ -45,6 +45,9 @@ def start(
         help="Where the partitions keep their stores.  [default: $RAY_BROKER_HOME/<name> or ~/.ray_broker/<name>]")] = None,
     gateways: Annotated[Optional[int], typer.Option(min=1, help="Gateway actors.  [default: 1]")] = None,
     durability: Annotated[Optional[DurabilityChoice], typer.Option(help="Durability.  [default: normal]")] = None,
+    replicas: Annotated[Optional[int], typer.Option(
+        min=1, max=7, help="Copies of every partition, each on a node of its own (README, Replication).  "
+                           "[default: 1]")] = None,
     port: Annotated[Optional[int], typer.Option(
         min=1, max=65535, help="Port of the Ray head this command starts when no cluster runs.")] = None,
 ) -> None:
@@ -61,9 +64,10 @@ def start(
     from ..ray_head import start_head
 
     wanted = {"sku": sku and sku.value, "partition_count": partitions, "data_dir": data_dir, "gateways": gateways,
-              "durability": durability and durability.value}
+              "durability": durability and durability.value, "replicas": replicas}
     tier, count = check_start_options(namespace, sku=wanted["sku"] or "standard", partitions=partitions,
-                                      gateways=gateways or 1, durability=wanted["durability"] or "normal")
+                                      gateways=gateways or 1, durability=wanted["durability"] or "normal",
+                                      replicas=replicas or 1)
     target = cluster_address(address)
     if target is None:
         if wanted["durability"] != "memory":
@@ -76,15 +80,17 @@ def start(
     if running is not None:
         _check_unchanged(running, {k: v for k, v in wanted.items() if v is not None})
     config = rb.start(namespace, sku=wanted["sku"] or "standard", partitions=partitions, data_dir=data_dir,
-                      gateways=gateways or 1, durability=wanted["durability"] or "normal").config
+                      gateways=gateways or 1, durability=wanted["durability"] or "normal",
+                      replicas=replicas or 1).config
     verb = "running" if running is None else "already running"
     output.out(f"namespace {config.name!r} {verb} on {ray.get_runtime_context().gcs_address}: sku={config.sku}, "
-               f"{config.partition_count} partitions, {config.gateways} gateway(s), "
+               f"{config.partition_count} partitions{f' x {config.replicas} replicas' if config.replicated else ''}, "
+               f"{config.gateways} gateway(s), "
                f"durability={config.durability}, data_dir={config.data_dir or '-'}")
 
 
 _OPTION_OF = {"sku": "--sku", "partition_count": "--partitions", "data_dir": "--data-dir", "gateways": "--gateways",
-              "durability": "--durability"}
+              "durability": "--durability", "replicas": "--replicas"}
 
 
 def _check_unchanged(running: Any, wanted: dict[str, Any]) -> None:

@@ -200,10 +200,7 @@ def stores_free_flow(config: NamespaceConfig, wait_s: float = 0.0) -> LifecycleF
     """Raise `StoreLockedError` if any process (another cluster, a stale actor) holds one of the
     namespace's stores, after waiting up to `wait_s` for holders that are shutting down."""
     deadline = time.monotonic() + wait_s
-    for index in range(config.partition_count):
-        path = config.store_path(index)
-        if path is None:
-            continue
+    for index, path in config.store_paths():
         while (holder := holder_of(path)) is not None:
             if time.monotonic() >= deadline:
                 raise refusal(path, holder, index)
@@ -222,12 +219,14 @@ def ray_flow(address: str | None = None) -> LifecycleFlow[None]:
 
 
 def start_flow(name: str, *, sku: str, partitions: int | None, data_dir: str | None, gateways: int,
-               durability: str, address: str | None, auth_token: str | None = None) -> LifecycleFlow[NamespaceConfig]:
+               durability: str, address: str | None, auth_token: str | None = None,
+               replicas: int = 1) -> LifecycleFlow[NamespaceConfig]:
     """Start namespace `name` (or find it running, if `auth_token` is its token) and return its
     configuration."""
     from actors.deploy import deploy
 
-    check_start_options(name, sku=sku, partitions=partitions, gateways=gateways, durability=durability)
+    check_start_options(name, sku=sku, partitions=partitions, gateways=gateways, durability=durability,
+                        replicas=replicas)
     required = token_hash(auth_token)
     yield from ray_flow(address)
     running = yield from running_config_flow(name)
@@ -237,7 +236,7 @@ def start_flow(name: str, *, sku: str, partitions: int | None, data_dir: str | N
     nodes = [(str(n["NodeID"]), (n.get("Labels") or {}).get(STORE_LABEL)) for n in ray.nodes() if n["Alive"]]
     config = plan_config(name, sku=sku, partitions=partitions, data_dir=data_dir, gateways=gateways,
                          durability=durability, nodes=nodes, local_node=ray.get_runtime_context().get_node_id(),
-                         auth_token_hash=required)
+                         auth_token_hash=required, replicas=replicas)
     yield from stores_free_flow(config)
     save_config(config)
     yield Blocking(deploy, (config,))
@@ -305,7 +304,8 @@ def stop_flow(name: str, *, delete_data: bool, address: str | None = None) -> Li
         yield from ray_flow(address)
         config = yield from running_config_flow(name)
         yield Blocking(teardown, (name, None if config is None else config.partition_count,
-                                  None if config is None else config.gateways))
+                                  None if config is None else config.gateways,
+                                  None if config is None else config.replicas))
     if not delete_data:
         return None
     directory = config.data_dir if config is not None else default_data_dir(name)

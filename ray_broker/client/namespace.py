@@ -36,17 +36,20 @@ T = TypeVar("T")
 
 def start(name: str, *, sku: str = "standard", partitions: int | None = None, data_dir: str | None = None,
           gateways: int = 1, durability: str = "normal", address: str | None = None,
-          auth_token: str | None = None) -> Namespace:
+          auth_token: str | None = None, replicas: int = 1) -> Namespace:
     """Start a namespace (or return the running one of that name): its partitions and gateways.
 
     Joins the Ray cluster that `address`, `RAY_ADDRESS` or this machine's `ray start` head names,
     else starts an embedded local Ray that lives as long as this process. Raises `StoreLockedError`
     before creating anything when another process (another Ray cluster) holds the stores. With
     `auth_token` (or `$RAY_BROKER_AUTH_TOKEN`), every client must present that token to connect
-    (`UnauthorizedError` otherwise), a later `start` of the running namespace included.
+    (`UnauthorizedError` otherwise), a later `start` of the running namespace included. With
+    `replicas` > 1, every partition is that many copies on distinct nodes, and an acknowledged
+    operation survives the loss of a node (README, "Replication").
     """
     return Namespace(start_namespace(name, sku=sku, partitions=partitions, data_dir=data_dir, gateways=gateways,
-                                     durability=durability, address=address, auth_token=auth_token))
+                                     durability=durability, address=address, auth_token=auth_token,
+                                     replicas=replicas))
 
 
 def connect(name: str, *, address: str | None = None, auth_token: str | None = None) -> Namespace:

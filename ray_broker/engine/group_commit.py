@@ -119,6 +119,10 @@ class GroupCommitter:
         engine: the partition's engine.
         execute: runs one request (default: through the operation table, `engine.operations`).
         lock: held around every group, to serialize the engine with its other users.
+        durable: called after each group's commit, under `lock`, to make the commit durable beyond
+            this store (a replicated partition ships it to its followers); when it raises, the group's
+            callers get its error instead of their results (their work is committed here, but not
+            acknowledged).
         committed: called with each group after its commit and before its callers are answered,
             still under `lock`; it must not raise (an error there is logged and ignored).
         max_operations: see `MAX_GROUP_OPERATIONS`.
@@ -132,11 +136,13 @@ class GroupCommitter:
     """
 
     def __init__(self, engine: PartitionEngine, execute: Execute | None = None, *,
-                 lock: ContextManager[Any] | None = None, committed: Callable[[Group], None] | None = None,
+                 lock: ContextManager[Any] | None = None, durable: Callable[[], None] | None = None,
+                 committed: Callable[[Group], None] | None = None,
                  max_operations: int = MAX_GROUP_OPERATIONS) -> None:
         self._engine = engine
         self._execute: Execute = execute or (lambda request: operation(request).run(engine, request))
         self._lock: ContextManager[Any] = lock if lock is not None else threading.RLock()
+        self._durable = durable
         self._committed = committed
         self._max_operations = max_operations
         self._mutex = threading.Lock()
@@ -207,6 +213,12 @@ class GroupCommitter:
                     if not isinstance(exc, Exception):
                         raise
                     return
+                if self._durable is not None:
+                    try:
+                        self._durable()
+                    except Exception as exc:  # noqa: BLE001 - not acknowledged: every caller of the group gets it
+                        for submission in group.submissions:
+                            submission.fail(exc)
                 if self._committed is not None:
                     try:
                         self._committed(group)

@@ -21,7 +21,7 @@ from ray.exceptions import (
 )
 
 from ..callers import caller_token
-from ..errors import unwrap_remote_error
+from ..errors import NotLeaderError, unwrap_remote_error
 from ..wire import PartitionRequest, SessionRef, encode
 from .channel import PartitionUnavailable, Request
 
@@ -56,6 +56,8 @@ def classify_ray_failure(index: int, exc: BaseException) -> BaseException:
     remote = isinstance(exc, RayTaskError)
     if remote:
         exc = unwrap_remote_error(exc)
+    if isinstance(exc, NotLeaderError):
+        return PartitionUnavailable(index, type(exc).__name__)
     if isinstance(exc, (RayError, asyncio.TimeoutError)):
         return PartitionUnavailable(index, type(exc).__name__, reached=remote or not never_sent(exc))
     return exc
@@ -88,9 +90,13 @@ class TableHandles:
             self._table = await self._gateway.call_async("routing_table", timeout=60.0)
 
     def handle(self, index: int) -> Any:
-        """Partition `index`'s handle, as of the last table."""
+        """Partition `index`'s handle, as of the last table (`PartitionUnavailable` while a
+        replicated partition has no leader)."""
         assert self._table is not None, "the routing table is loaded before the first partition call"
-        return self._table["handles"][index]
+        handle = self._table["handles"][index]
+        if handle is None:
+            raise PartitionUnavailable(index, "no leader", reached=False)
+        return handle
 
     async def replace(self, index: int) -> None:
         """Report partition `index` dead for good; the gateway recreates it and sends the new table."""
@@ -144,10 +150,19 @@ class RayChannel:
 
     def call_now(self, requests: Sequence[Request], timeout: float) -> list[list[Any] | BaseException]:
         """Run round trips at once with `ray.get` on the caller's thread; each one's results or error."""
-        sent = [self._submit(index, calls) for index, calls in requests]
+        sent: list[tuple[Any, Any] | PartitionUnavailable] = []
+        for index, calls in requests:
+            try:
+                sent.append(self._submit(index, calls))
+            except PartitionUnavailable as unavailable:
+                sent.append(unavailable)
         deadline = time.monotonic() + timeout
         outcomes: list[list[Any] | BaseException] = []
-        for (index, calls), (handle, ref) in zip(requests, sent):
+        for (index, calls), submitted in zip(requests, sent):
+            if isinstance(submitted, PartitionUnavailable):
+                outcomes.append(submitted)
+                continue
+            handle, ref = submitted
             try:
                 outcomes.append(self._results(calls, ray.get(ref, timeout=max(deadline - time.monotonic(), 0.001))))
             except RayError as exc:
@@ -204,4 +219,7 @@ class RayChannel:
                 self._dead[index] = handle
                 await self.source.replace(index)
                 raise error from None
+            if isinstance(exc, RayTaskError) and isinstance(unwrap_remote_error(exc), NotLeaderError):
+                await self.source.replace(index)
+                raise self._classify(index, handle, exc) from None
             raise self._failure(index, handle, ref, exc) from None

@@ -11,29 +11,20 @@ The cluster (`ray.cluster_utils.Cluster`) runs once for the module, in a process
 """
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from .node_loss_run import ASYNC_EVERY, BATCHES_AFTER_LOSS, PER_BATCH, SINK_EVERY
+from .scenario import observe
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(700)]
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def observed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """What the node-loss scenario observed (one cluster for every test here)."""
-    run = subprocess.run([sys.executable, "-m", "tests.cluster.node_loss_run", str(tmp_path_factory.mktemp("nodes"))],
-                         cwd=ROOT, capture_output=True, text=True, timeout=660)
-    assert run.returncode == 0, run.stderr[-3000:]
-    result: dict[str, Any] = json.loads(run.stdout.strip().splitlines()[-1])
-    assert "error" not in result, result
-    return result
+    return observe("tests.cluster.node_loss_run", tmp_path_factory.mktemp("nodes"), timeout=660)
 
 
 def test_a_lost_node_takes_only_its_partitions_away_and_brings_them_back(observed: dict[str, Any]) -> None:

@@ -202,6 +202,39 @@ def test_config_is_persisted_and_partition_count_is_immutable(tmp_path: Path) ->
     assert load_config(str(data)) == again
 
 
+def test_replicas_are_placed_on_distinct_nodes_named_and_stored_apart(tmp_path: Path) -> None:
+    nodes = [(f"node-{i}", None) for i in range(4)]
+    config = plan_config("rep", sku="premium", partitions=2, data_dir=str(tmp_path / "rep"), gateways=1,
+                         durability="memory", nodes=nodes, local_node="node-0", replicas=3)
+    assert config.replicated and config.required_copies == 2
+    for k in range(2):
+        homes = {config.placement[config.slot(k, r)] for r in range(3)}  # type: ignore[index]
+        assert len(homes) == 3, "each replica of a partition on a node of its own, in memory too"
+    assert config.replica_name(1, 2) == "rep.partition.1.2"
+    durable = plan_config("rep", sku="premium", partitions=2, data_dir=str(tmp_path / "rep"), gateways=1,
+                          durability="normal", nodes=nodes, local_node="node-0", replicas=3)
+    assert durable.store_path(1, None, 2) == str(tmp_path / "rep" / "partition-001-replica-2.sqlite3")
+    assert len(durable.store_paths()) == 6
+    save_config(durable)
+    with pytest.raises(InvalidOperationError, match="replicas=3"):
+        plan_config("rep", sku="premium", partitions=2, data_dir=str(tmp_path / "rep"), gateways=1,
+                    durability="normal", nodes=nodes, local_node="node-0", replicas=1)
+
+
+def test_more_replicas_than_distinct_nodes_or_labels_is_refused_naming_how_many_are_needed() -> None:
+    labelled = [("node-0", "disk-a"), ("node-1", "disk-a"), ("node-2", None)]
+    with pytest.raises(InvalidOperationError, match="replicas=3 needs 3 nodes.*has 2"):
+        plan_config("rep", sku="premium", partitions=1, data_dir=None, gateways=1, durability="memory",
+                    nodes=labelled, local_node="node-0", replicas=3)
+    for bad in (0, 8, True, "3"):
+        with pytest.raises(InvalidArgumentError, match="replicas must be an int from 1 to 7"):
+            plan_config("rep", sku="premium", partitions=1, data_dir=None, gateways=1, durability="memory",
+                        nodes=labelled, local_node="node-0", replicas=bad)  # type: ignore[arg-type]
+    one = plan_config("one", sku="premium", partitions=2, data_dir=None, gateways=1, durability="memory",
+                      nodes=labelled, local_node="node-0")
+    assert not one.replicated and one.replica_name(1, 0) == "one.partition.1"
+
+
 def test_group_commit_is_opted_into_at_start_and_kept_in_the_configuration(tmp_path: Path,
                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     data = tmp_path / "demo"

@@ -17,8 +17,8 @@ from ray_broker.engine.group_commit import Group, GroupCommitter
 from ray_broker.engine.operations import operation
 from ray_broker.engine.partition import MAIN, PartitionEngine
 from ray_broker.engine.store import Store
-from ray_broker.errors import MessagingEntityNotFoundError
-from ray_broker.wire import Send
+from ray_broker.errors import MessagingEntityNotFoundError, NotLeaderError
+from ray_broker.wire import ListEntities, Send
 
 from .conftest import queue_definition
 
@@ -289,3 +289,15 @@ def test_the_lock_serializes_groups_with_the_engines_other_users() -> None:
         assert engine.runtime("q")["active"] == 0
     assert caller.outcome() == [[1]]
     store.close()
+
+
+def test_a_group_whose_commit_is_not_made_durable_gets_the_error_instead_of_its_results() -> None:
+    engine = PartitionEngine(0, 1, Store(None, "memory"))
+
+    def not_durable() -> None:
+        raise NotLeaderError("the followers did not answer")
+
+    committer = GroupCommitter(engine, durable=not_durable)
+    with pytest.raises(NotLeaderError, match="followers"):
+        committer.submit([ListEntities()])
+    assert committer.queued == 0

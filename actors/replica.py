@@ -1,0 +1,233 @@
+"""A replicated partition's replica: following its leader, and leading when the control plane says.
+
+Every replica of a partition is a partition actor with a store of its own (on a node of its own).
+A follower applies the changes its leader ships (`engine.replication.apply`) and refuses any
+from an epoch older than the one it was last fenced at. The gateway that decides leadership
+(`actors.leadership`) fences the reachable replicas at a new epoch, picks the one holding the most
+changes and tells it to lead: it begins the epoch in its store, finds where each follower's
+changes agree with its own (`engine.replication.divergence`), and from then on ships every commit
+(`ship`) before the callers whose work it holds are answered: a change counts once a majority of
+the replicas hold it (`NamespaceConfig.required_copies`). A leader that cannot reach enough
+followers within `SHIP_TIMEOUT_S`, or that a follower tells of a newer epoch, acknowledges
+nothing: its callers get `NotLeaderError` and find the leader anew.
+
+Peek-lock across a failover: lock tokens, `locked_until` and delivery counts are rows like any
+other, so a message locked on the old leader is locked on the new one with the same token, as
+long as the change that locked it was acknowledged; one locked by an unacknowledged change is
+unlocked there with its delivery count kept.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import ray
+
+from ray_broker.config import RAY_NAMESPACE, NamespaceConfig
+from ray_broker.engine.change_log import ChangeLog
+from ray_broker.engine.changes import Change
+from ray_broker.engine.queries import EpochStart
+from ray_broker.engine.replication import apply, begin_epoch, divergence
+from ray_broker.engine.shipping import Shipment, Shipping
+from ray_broker.engine.store import Store
+from ray_broker.errors import (
+    NotLeaderError,
+    OutOfOrderChangeError,
+    ReplicationError,
+    StaleEpochError,
+    unwrap_remote_error,
+)
+
+logger = logging.getLogger("ray_broker.replica")
+
+SHIP_TIMEOUT_S = 5.0
+"""How long a leader waits for enough followers to hold a commit before it answers its callers
+with `NotLeaderError` (it may have lost its followers, or its own place)."""
+FENCE_TIMEOUT_S = 5.0
+"""How long a new leader waits for each follower's state as it takes the lead."""
+
+
+def replica_state(store: Store, followed: int, leading: int | None) -> dict[str, Any]:
+    """What a replica tells the control plane and its leader: its store's epoch, position and
+    epoch history, the epoch it follows (the highest it was fenced at) and the epoch it leads (or None)."""
+    epoch, position = store.replication_position
+    return {"epoch": epoch, "position": position, "history": [list(e) for e in store.epoch_history()],
+            "followed": followed, "leading": leading}
+
+
+class Replica:
+    """Replica `replica` of partition `index`: its replication state, as follower and as leader.
+
+    The partition actor serializes the calls: follower calls on its replication thread, leader
+    shipping under its engine lock.
+    """
+
+    def __init__(self, config: NamespaceConfig, index: int, replica: int, store: Store) -> None:
+        self.config = config
+        self.index = index
+        self.replica = replica
+        self.store = store
+        self.followed = store.replication_position.epoch
+        """The highest epoch this replica was fenced at: changes from older ones are refused."""
+        self.leading: int | None = None
+        """The epoch this replica leads, or None while it follows."""
+        self._shipping: Shipping | None = None
+        self._in_flight: dict[Any, Shipment] = {}
+        self._handles: dict[int, Any] = {}
+
+    # ------------------------------------------------------------------ as a follower
+
+    def state(self) -> dict[str, Any]:
+        """See `replica_state`."""
+        return replica_state(self.store, self.followed, self.leading)
+
+    def fence(self, epoch: int) -> bool:
+        """Refuse changes of epochs older than `epoch` from now on; True when this replica led an
+        older epoch and so steps down (the actor then stops serving)."""
+        self.followed = max(self.followed, epoch)
+        if self.leading is not None and epoch > self.leading:
+            logger.warning("replica %d of partition %d of namespace %r: epoch %d begins, so it no longer leads "
+                           "(it led epoch %d)", self.replica, self.index, self.config.name, epoch, self.leading)
+            self.leading = None
+            self._shipping = None
+            self._in_flight.clear()
+            return True
+        return False
+
+    def apply_changes(self, epoch: int, changes: list[list[Any]]) -> int:
+        """Apply a leader's changes (encoded) in order; the position of the last one held."""
+        self._check_sender(epoch)
+        for fields in changes:
+            apply(self.store, Change.decode(fields))
+        return self.store.replication_position.position
+
+    def install_copy(self, epoch: int, data: bytes) -> int:
+        """Replace the store with a leader's whole copy; the position it holds."""
+        self._check_sender(epoch)
+        self.store.restore(data)
+        return self.store.replication_position.position
+
+    def _check_sender(self, epoch: int) -> None:
+        epoch_now, position = self.store.replication_position
+        if epoch < self.followed or self.leading is not None:
+            raise StaleEpochError(f"replica {self.replica} of partition {self.index} follows epoch {self.followed}"
+                                  f"{' and leads' if self.leading is not None else ''}; a sender of epoch {epoch} "
+                                  "no longer leads", epoch=max(self.followed, epoch_now), position=position,
+                                  partition=self.index)
+        self.followed = epoch
+
+    # ------------------------------------------------------------------ as the leader
+
+    def lead(self, epoch: int, followers: list[int]) -> None:
+        """Lead the partition in `epoch` (fenced at it already): begin the epoch in the store, and
+        find where each follower's changes agree with this store's (those it cannot reach, or that
+        diverge, get a whole copy)."""
+        begin_epoch(self.store, epoch)
+        self.followed = epoch
+        self.leading = epoch
+        history = self.store.epoch_history()
+        position = self.store.replication_position.position
+        self._shipping = Shipping(followers, self.config.required_copies, ChangeLog(position))
+        self._in_flight.clear()
+        for r in followers:
+            try:
+                state = ray.get(self._handle(r).fence.remote(epoch), timeout=FENCE_TIMEOUT_S)
+            except Exception as exc:  # noqa: BLE001 - a follower out of reach now is caught up by a copy later
+                logger.info("replica %d of partition %d: follower %d not reached as epoch %d began (%s)",
+                            self.replica, self.index, r, epoch, type(exc).__name__)
+                self._handles.pop(r, None)
+                self._shipping.start(r, None)
+                self._shipping.failed(r, time.monotonic())
+                continue
+            ours = [EpochStart(*e) for e in state["history"]]
+            self._shipping.start(r, divergence(history, position, ours, state["position"]))
+
+    def ship(self) -> None:
+        """Make this replica's committed changes held by enough replicas before anyone is answered;
+        on the way, take the followers' answers that came in and ship to every follower behind
+        (so that one left behind catches up at the next commit, or housekeeping round).
+
+        Raises `NotLeaderError` when it does not lead (any more), or cannot get them held within
+        `SHIP_TIMEOUT_S`."""
+        shipping = self._shipping
+        if shipping is None or self.leading is None:
+            self.store.take_changes()
+            raise self._not_leader("it does not lead")
+        for change in self.store.take_changes():
+            shipping.log.append(change)
+        position = shipping.log.last
+        deadline = time.monotonic() + SHIP_TIMEOUT_S
+        wait = 0.0
+        while True:
+            ready, _ = ray.wait(list(self._in_flight), num_returns=1, timeout=wait) if self._in_flight else ([], [])
+            for ref in ready:
+                self._answer(ref, self._in_flight.pop(ref))
+            if self.leading is None:
+                raise self._not_leader("a follower follows a newer epoch")
+            now = time.monotonic()
+            for shipment in shipping.due(position, now):
+                self._send(shipment)
+            if shipping.held(position):
+                return
+            if now >= deadline:
+                raise self._not_leader(f"only {shipping.copies(position)} of the {self.config.required_copies} "
+                                       f"copies a change needs hold change {position} after {SHIP_TIMEOUT_S:g} s")
+            wait = min(deadline - now, 0.05 if not self._in_flight else deadline - now)
+            if not self._in_flight:
+                time.sleep(wait)
+
+    def lag(self) -> dict[int, int | None]:
+        """How many changes each follower is behind (None: waiting for a copy); empty unless leading."""
+        if self._shipping is None:
+            return {}
+        return self._shipping.lag(self._shipping.log.last)
+
+    def _send(self, shipment: Shipment) -> None:
+        epoch = self.leading
+        try:
+            handle = self._handle(shipment.replica)
+            if shipment.changes is None:
+                ref = handle.install_copy.remote(epoch, self.store.snapshot())
+            else:
+                ref = handle.apply_changes.remote(epoch, [c.encode() for c in shipment.changes])
+        except Exception as exc:  # noqa: BLE001 - a follower without an actor now is shipped to again later
+            logger.info("replica %d of partition %d: follower %d not reached (%s)", self.replica, self.index,
+                        shipment.replica, type(exc).__name__)
+            self._handles.pop(shipment.replica, None)
+            assert self._shipping is not None
+            self._shipping.failed(shipment.replica, time.monotonic())
+            return
+        self._in_flight[ref] = shipment
+
+    def _answer(self, ref: Any, shipment: Shipment) -> None:
+        shipping = self._shipping
+        assert shipping is not None
+        r = shipment.replica
+        try:
+            shipping.answered(r, int(ray.get(ref)))
+        except Exception as exc:  # noqa: BLE001 - each kind of refusal says what the follower needs
+            error = unwrap_remote_error(exc)
+            if isinstance(error, StaleEpochError):
+                logger.warning("replica %d of partition %d: follower %d follows a newer epoch; stepping down",
+                               self.replica, self.index, r)
+                self.fence(max(error.epoch, (self.leading or 0) + 1))
+            elif isinstance(error, OutOfOrderChangeError):
+                shipping.failed(r, time.monotonic(), error.position)
+            elif isinstance(error, ReplicationError):
+                shipping.failed(r, time.monotonic(), None)
+            else:
+                self._handles.pop(r, None)
+                shipping.failed(r, time.monotonic())
+
+    def _handle(self, replica: int) -> Any:
+        handle = self._handles.get(replica)
+        if handle is None:
+            handle = self._handles[replica] = ray.get_actor(self.config.replica_name(self.index, replica),
+                                                            namespace=RAY_NAMESPACE)
+        return handle
+
+    def _not_leader(self, why: str) -> NotLeaderError:
+        return NotLeaderError(f"replica {self.replica} of partition {self.index} of namespace {self.config.name!r} "
+                              f"cannot acknowledge: {why}; find the partition's leader in the routing table and "
+                              "ask again", partition=self.index)

@@ -1,0 +1,109 @@
+"""A leader's side of replication: what each follower is sent next, and when a change counts as held.
+
+A partition's leader ships every committed change (`changes.Change`) to its followers and answers
+the callers whose work a change holds only once `required` replicas, itself included, hold it.
+`Shipping` keeps, for each follower, the last change it is known to hold (None: it needs a whole
+copy of the store), whether a shipment to it is under way (one at a time, so that each follower
+takes its changes in order), and how long to leave one that did not answer. It decides without I/O;
+the partition actor makes the calls.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+from .change_log import ChangeLog
+from .changes import Change
+
+RETRY_AFTER_S = 0.5
+"""How long a follower that did not answer is left before it is shipped to again."""
+
+
+@dataclass
+class FollowerProgress:
+    """What the leader knows of one follower."""
+
+    position: int | None
+    """The last change it holds; None when it must be sent a whole copy."""
+    busy: bool = False
+    """A shipment to it is under way."""
+    retry_at: float = 0.0
+    """When it may be shipped to again after it did not answer."""
+
+
+@dataclass(frozen=True)
+class Shipment:
+    """What a follower is sent: its missing changes, or (with `changes` None) a whole copy."""
+
+    replica: int
+    changes: list[Change] | None
+
+
+class Shipping:
+    """The leader's view of its followers.
+
+    Args:
+        followers: the followers' replica numbers.
+        required: how many replicas (the leader included) must hold a change before it counts.
+        log: the leader's recent changes.
+
+    Example:
+        >>> from ray_broker.engine.changes import Change
+        >>> log = ChangeLog(0)
+        >>> log.append(Change(1, 1, []))
+        >>> shipping = Shipping([1, 2], 2, log)
+        >>> shipping.start(1, 0); shipping.start(2, None)
+        >>> [(s.replica, s.changes is None) for s in shipping.due(1, now=0.0)]
+        [(1, False), (2, True)]
+        >>> shipping.answered(1, 1); shipping.held(1)
+        True
+    """
+
+    def __init__(self, followers: Iterable[int], required: int, log: ChangeLog) -> None:
+        self.followers = {r: FollowerProgress(None) for r in followers}
+        self.required = required
+        self.log = log
+
+    def start(self, replica: int, position: int | None) -> None:
+        """Follower `replica` holds the leader's changes up to `position` (None: it needs a copy)."""
+        self.followers[replica] = FollowerProgress(position)
+
+    def due(self, position: int, now: float) -> list[Shipment]:
+        """What to send now so that followers reach `position`: to each one behind it, not busy
+        and not being left after a failure, its missing changes, or a copy when the log no longer
+        has them. Each one returned is marked busy until `answered` or `failed`."""
+        out = []
+        for replica, follower in self.followers.items():
+            behind = follower.position is None or follower.position < position
+            if follower.busy or now < follower.retry_at or not behind:
+                continue
+            changes = None if follower.position is None else self.log.since(follower.position)
+            follower.busy = True
+            out.append(Shipment(replica, changes))
+        return out
+
+    def answered(self, replica: int, position: int) -> None:
+        """Follower `replica` took its shipment and now holds changes up to `position`."""
+        self.followers[replica] = FollowerProgress(position)
+
+    def failed(self, replica: int, now: float, position: int | None = -1) -> None:
+        """A shipment to `replica` failed: it did not answer (left for `RETRY_AFTER_S`, what it holds
+        unchanged), or it said what it holds (`position`; None: it needs a copy)."""
+        follower = self.followers[replica]
+        follower.busy = False
+        if position is None or position >= 0:
+            follower.position = position
+        else:
+            follower.retry_at = now + RETRY_AFTER_S
+
+    def copies(self, position: int) -> int:
+        """How many replicas (the leader included) are known to hold the change at `position`."""
+        return 1 + sum(1 for f in self.followers.values() if f.position is not None and f.position >= position)
+
+    def held(self, position: int) -> bool:
+        """Whether the change at `position` is held by enough replicas to count."""
+        return self.copies(position) >= self.required
+
+    def lag(self, position: int) -> dict[int, int | None]:
+        """How many changes each follower is behind `position` (None: it waits for a copy)."""
+        return {r: None if f.position is None else max(0, position - f.position) for r, f in self.followers.items()}

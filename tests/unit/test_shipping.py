@@ -1,0 +1,55 @@
+"""A leader's view of its followers (`engine.shipping`): what each is sent, and when a change is held."""
+from __future__ import annotations
+
+from ray_broker.engine.change_log import ChangeLog
+from ray_broker.engine.changes import Change
+from ray_broker.engine.shipping import RETRY_AFTER_S, Shipping
+
+
+def shipping_with(changes: int, followers: tuple[int, ...] = (1, 2), required: int = 2,
+                  keep: int = 100) -> Shipping:
+    log = ChangeLog(0, max_changes=keep)
+    for p in range(1, changes + 1):
+        log.append(Change(1, p, []))
+    return Shipping(followers, required, log)
+
+
+def test_a_follower_behind_gets_its_missing_changes_and_one_shipment_at_a_time() -> None:
+    shipping = shipping_with(5)
+    shipping.start(1, 3)
+    shipping.start(2, 5)
+    due = shipping.due(5, now=0.0)
+    assert [(s.replica, [c.position for c in s.changes or []]) for s in due] == [(1, [4, 5])]
+    assert shipping.due(5, now=0.0) == [], "busy until it answers"
+    shipping.answered(1, 5)
+    assert shipping.copies(5) == 3 and shipping.lag(5) == {1: 0, 2: 0}
+
+
+def test_a_follower_the_log_no_longer_covers_or_that_diverged_gets_a_whole_copy() -> None:
+    shipping = shipping_with(10, keep=3)
+    shipping.start(1, 2)
+    shipping.start(2, None)
+    assert sorted((s.replica, s.changes) for s in shipping.due(10, now=0.0)) == [(1, None), (2, None)]
+
+
+def test_a_change_is_held_once_a_majority_holds_it() -> None:
+    shipping = shipping_with(4, followers=(1, 2), required=2)
+    shipping.start(1, 3)
+    shipping.start(2, 3)
+    assert not shipping.held(4) and shipping.held(3)
+    shipping.due(4, now=0.0)
+    shipping.answered(2, 4)
+    assert shipping.held(4) and shipping.copies(4) == 2
+
+
+def test_a_follower_that_did_not_answer_is_left_a_while_and_one_that_said_where_it_stands_resumes_there() -> None:
+    shipping = shipping_with(6)
+    shipping.start(1, 4)
+    shipping.start(2, 4)
+    shipping.due(6, now=0.0)
+    shipping.failed(1, now=1.0)
+    shipping.failed(2, now=1.0, position=5)
+    due = shipping.due(6, now=1.0)
+    assert [(s.replica, [c.position for c in s.changes or []]) for s in due] == [(2, [6])]
+    assert [s.replica for s in shipping.due(6, now=1.0 + RETRY_AFTER_S)] == [1]
+    assert shipping.lag(6) == {1: 2, 2: 1}
