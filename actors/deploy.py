@@ -1,43 +1,22 @@
 """Deploying and tearing down a namespace's actors; nothing it imports imports it back."""
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Callable
 
 import ray
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 import ray_broker.errors as errors
 from ray_broker.config import (
     MAX_REPLICAS,
-    RAY_NAMESPACE,
     NamespaceConfig,
     gateway_actor_name,
     partition_actor_name,
     replica_actor_name,
-    spread_node,
 )
 from ray_broker.errors import ServiceBusError
 
-from .gateway_actor import GatewayActor
-from .handles import alive_nodes, find_actor, partition_actor
-
-
-def gateway_actor(config: NamespaceConfig, index: int) -> Any:
-    """Get gateway `index`, creating it if it does not exist.
-
-    A new gateway goes to a node of its own while the cluster has a node per gateway
-    (`spread_node`), pinned to it (Ray's soft affinity does not hold the spread). When that node
-    is lost, Ray cannot restart the gateway there: a client that finds it gone for good makes it
-    again here, on a live node."""
-    existing = find_actor(config.gateway_name(index))
-    if existing is not None:
-        return existing
-    node = spread_node(index, alive_nodes())
-    placement = "SPREAD" if node is None else NodeAffinitySchedulingStrategy(node_id=node, soft=False)
-    return GatewayActor.options(
-        name=config.gateway_name(index), namespace=RAY_NAMESPACE, lifetime="detached", get_if_exists=True,
-        max_restarts=-1, max_task_retries=0, num_cpus=0, max_concurrency=10000, scheduling_strategy=placement,
-    ).remote(config.to_dict(), index)
+from .gateway_actor import gateway_actor
+from .handles import find_actor, partition_actor
 
 
 def deploy(config: NamespaceConfig, timeout: float = 120.0) -> None:

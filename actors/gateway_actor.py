@@ -15,9 +15,10 @@ import uuid
 from typing import Any, Awaitable, Callable
 
 import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from ray_broker.callers import Token, caller_gone_async
-from ray_broker.config import NamespaceConfig
+from ray_broker.config import RAY_NAMESPACE, NamespaceConfig, spread_node
 from ray_broker.entities import (
     IMMUTABLE_QUEUE_OPTIONS,
     IMMUTABLE_SUBSCRIPTION_OPTIONS,
@@ -55,7 +56,7 @@ from ray_broker.wire import (
     decode_router_args,
 )
 
-from .handles import partition_actor
+from .handles import alive_nodes, find_actor, partition_actor
 from .leadership import DecidedElsewhere, ReplicaSets
 
 SWEEP_INTERVAL_S = 30.0
@@ -103,6 +104,9 @@ class GatewayHandles:
     async def ready(self) -> None:
         """Nothing to wait for: handles are made on first use."""
 
+    async def refresh(self, index: int) -> None:
+        """Nothing to look up: a partition that does not answer is where it was."""
+
     def table(self) -> dict[str, Any]:
         """The routing table: every partition's handle and epoch."""
         return {"handles": [self.handle(k) for k in range(self.config.partition_count)], "epochs": list(self.epochs)}
@@ -117,7 +121,7 @@ class Gateway:
         self.count = config.partition_count
         self.handles: GatewayHandles | ReplicaSets | DecidedElsewhere = \
             GatewayHandles(config) if not config.replicated else ReplicaSets(config) if index == 0 \
-            else DecidedElsewhere(config)
+            else DecidedElsewhere(config, lambda: gateway_actor(config, 0))
         """Where partition handles come from: made here, or with several replicas each partition's
         leader, decided here (the first gateway) or by the first gateway."""
         self.router = Router(config.name, RayChannel(self.count, self.handles), self.sku)
@@ -135,6 +139,8 @@ class Gateway:
     async def routing_table(self) -> dict[str, Any]:
         """Every partition's actor handle and epoch, for clients that call partitions directly."""
         await self.handles.ready()
+        if isinstance(self.handles, DecidedElsewhere):
+            await self.handles.reload()
         return self.handles.table()
 
     async def partition_failed(self, index: int, epoch: int) -> dict[str, Any]:
@@ -358,10 +364,14 @@ class GatewayActor:
     def __init__(self, config: dict[str, Any], index: int = 0) -> None:
         self.gateway = Gateway(NamespaceConfig(**config), index)
         self._sweeper: asyncio.Task[None] | None = None
+        self._watcher: asyncio.Task[None] | None = None
 
     def _ensure_sweeper(self) -> None:
         if self._sweeper is None:
-            self._sweeper = asyncio.get_running_loop().create_task(self._sweep_loop())
+            loop = asyncio.get_running_loop()
+            self._sweeper = loop.create_task(self._sweep_loop())
+            if isinstance(self.gateway.handles, ReplicaSets):
+                self._watcher = loop.create_task(self.gateway.handles.watch())
 
     async def _sweep_loop(self) -> None:
         while True:
@@ -403,3 +413,21 @@ class GatewayActor:
     async def node(self) -> str:
         """The id of the node this gateway runs on (for operators and placement tests)."""
         return str(ray.get_runtime_context().get_node_id())
+
+
+def gateway_actor(config: NamespaceConfig, index: int) -> Any:
+    """Get gateway `index`, creating it if it does not exist.
+
+    A new gateway goes to a node of its own while the cluster has a node per gateway
+    (`spread_node`), pinned to it (Ray's soft affinity does not hold the spread). When that node
+    is lost, Ray cannot restart the gateway there: a client that finds it gone for good makes it
+    again here, on a live node."""
+    existing = find_actor(config.gateway_name(index))
+    if existing is not None:
+        return existing
+    node = spread_node(index, alive_nodes())
+    placement = "SPREAD" if node is None else NodeAffinitySchedulingStrategy(node_id=node, soft=False)
+    return GatewayActor.options(
+        name=config.gateway_name(index), namespace=RAY_NAMESPACE, lifetime="detached", get_if_exists=True,
+        max_restarts=-1, max_task_retries=0, num_cpus=0, max_concurrency=10000, scheduling_strategy=placement,
+    ).remote(config.to_dict(), index)

@@ -1,22 +1,36 @@
-"""A gateway of the namespace called by name, from inside other actors."""
+"""A gateway of the namespace as other actors call it: partitions' forwarders, and gateways that
+take the routing table from the one that decides leadership."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, Callable
 
 import ray
+from ray.exceptions import ActorDiedError, ActorUnavailableError, ActorUnschedulableError
 
 from ray_broker.config import RAY_NAMESPACE, NamespaceConfig
+from ray_broker.routing.health import BACKOFF
+
+GONE = (ActorDiedError, ActorUnavailableError, ActorUnschedulableError)
+ATTEMPTS = 8
+"""Tries of a call whose gateway is gone or restarting (with `BACKOFF` between them)."""
 
 
 class GatewayCaller:
-    """Gateway `index` of a namespace as partitions (their forwarders) and other gateways call it:
-    looked up by name on every call, so a recreated gateway is found."""
+    """Gateway `index` of a namespace: found by name on every call (or got from `make`, which may
+    create it again when it is gone for good), and called again while it is gone or restarting."""
 
-    def __init__(self, config: NamespaceConfig, index: int) -> None:
-        self._name = config.gateway_name(index)
+    def __init__(self, config: NamespaceConfig, index: int, make: Callable[[], Any] | None = None) -> None:
+        name = config.gateway_name(index)
+        self._make = make or (lambda: ray.get_actor(name, namespace=RAY_NAMESPACE))
 
     async def call_async(self, operation: str, *args: Any, timeout: float) -> Any:
         """Run a gateway operation."""
-        gateway = ray.get_actor(self._name, namespace=RAY_NAMESPACE)
-        return await asyncio.wait_for(gateway.call.remote(operation, *args), timeout)
+        for attempt in range(ATTEMPTS):
+            try:
+                return await asyncio.wait_for(self._make().call.remote(operation, *args), timeout)
+            except GONE:
+                if attempt == ATTEMPTS - 1:
+                    raise
+                await asyncio.sleep(BACKOFF.delay(attempt))
+        raise AssertionError("unreachable")

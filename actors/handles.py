@@ -9,7 +9,7 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from ray_broker.config import RAY_NAMESPACE, STORE_LABEL, NamespaceConfig, displaced, spread_node
+from ray_broker.config import RAY_NAMESPACE, STORE_LABEL, NamespaceConfig, displaced, replacement_node, spread_node
 
 from .partition_actor import PartitionActor
 
@@ -27,15 +27,17 @@ def _placement(config: NamespaceConfig, index: int) -> dict[str, Any]:
     comes back when the label (and so its disk) does. A partition placed by node id is pinned to
     that node while it is alive; once it is gone (a node id never comes back: a returning node
     gets a new one) the partition is made on a live node instead (`spread_node`), from the store
-    it finds there; a replica stays where it was placed (its copies are on other nodes)."""
+    it finds there; a replica, on a live node that holds no other replica of its partition
+    (`replacement_node`), where it starts empty or from what that node's disk holds, and its leader
+    brings it up to date."""
     if config.placement is None:
         return {"scheduling_strategy": "SPREAD"}
     kind, _, value = config.placement[index].partition(":")
     if kind == "label":
         return {"label_selector": {STORE_LABEL: value}}
     alive = alive_nodes()
-    if displaced(config, index, alive) and not config.replicated:
-        value = spread_node(index, alive) or value
+    if displaced(config, index, alive):
+        value = (replacement_node(config, index, alive) if config.replicated else spread_node(index, alive)) or value
     return {"scheduling_strategy": NodeAffinitySchedulingStrategy(node_id=value, soft=False)}
 
 

@@ -15,21 +15,30 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import Any, Callable
 
-from ray_broker.config import NamespaceConfig
+from ray_broker.config import NamespaceConfig, displaced
 from ray_broker.routing.channel import PartitionUnavailable
 from ray_broker.routing.ray_channel import TableHandles
 
 from .gateway_caller import GatewayCaller
-from .handles import partition_actor
+from .handles import alive_nodes, partition_actor
 
 logger = logging.getLogger("ray_broker.leadership")
 
-STATE_TIMEOUT_S = 3.0
+STATE_TIMEOUT_S = 1.5
 """How long an election waits for each replica's answer."""
 LEAD_TIMEOUT_S = 15.0
-"""How long an election waits for the chosen replica to take the lead (it reaches its followers)."""
+"""How long an election waits for the chosen replica to take the lead."""
+CHECK_INTERVAL_S = 0.5
+"""How often the deciding gateway asks every leader whether it still leads."""
+CHECK_TIMEOUT_S = 1.0
+"""How long a leader has to answer that check."""
+REPAIR_EVERY = 4
+"""Every this many checks, replicas whose node is gone for good are made again elsewhere."""
+MISSED_CHECKS = 2
+"""Checks in a row a leader may miss (no answer, or not leading) before another is elected: a
+process that hangs (a frozen VM, a cut network) is replaced as one that died."""
 
 
 def newest(states: dict[int, dict[str, Any]]) -> int:
@@ -54,6 +63,7 @@ class ReplicaSets:
         self._locks = [asyncio.Lock() for _ in range(config.partition_count)]
         self._handles: dict[tuple[int, int], Any] = {}
         self._ready = False
+        self._missed = [0] * config.partition_count
 
     def replica(self, index: int, replica: int) -> Any:
         """Replica `replica` of partition `index` (created from its store if it does not exist)."""
@@ -80,6 +90,9 @@ class ReplicaSets:
         """The leader of partition `index` was found gone: elect anew."""
         await self.elect(index, deposing=self.leaders[index])
 
+    async def refresh(self, index: int) -> None:
+        """Nothing to fetch: this is where leaders are decided (`watch` replaces one that hangs)."""
+
     async def failed(self, index: int, epoch: int) -> None:
         """A client found the leader of partition `index` of `epoch` gone: elect anew, unless that was
         done already or the leader answers as leader."""
@@ -95,7 +108,45 @@ class ReplicaSets:
     def table(self) -> dict[str, Any]:
         """The routing table: each partition's leader (None while it has none) and epoch."""
         return {"handles": [None if r is None else self.replica(k, r) for k, r in enumerate(self.leaders)],
-                "epochs": list(self.epochs)}
+                "epochs": list(self.epochs), "replicated": True}
+
+    async def watch(self) -> None:
+        """Check every leader each `CHECK_INTERVAL_S`, and elect anew for one that missed
+        `MISSED_CHECKS` in a row, or a partition that has no leader; runs as long as the gateway."""
+        rounds = 0
+        while True:
+            await asyncio.sleep(CHECK_INTERVAL_S)
+            await asyncio.gather(*(self._check(k) for k in range(self.config.partition_count)))
+            rounds += 1
+            if rounds % REPAIR_EVERY == 0:
+                self.repair()
+
+    def repair(self) -> None:
+        """Make again, on a live node holding no other replica of its partition, every replica
+        placed by id on a node that is gone (a node id never comes back); it starts from what that
+        node's disk holds, or empty, and its leader brings it up to date (changes, or a whole copy)."""
+        alive = alive_nodes()
+        for k in range(self.config.partition_count):
+            for r in range(self.config.replicas):
+                if displaced(self.config, self.config.slot(k, r), alive):
+                    self._handles.pop((k, r), None)
+                    self.replica(k, r)
+
+    async def _check(self, index: int) -> None:
+        leader, epoch = self.leaders[index], self.epochs[index]
+        if leader is None:
+            await self.elect(index)
+            return
+        try:
+            leading = await asyncio.wait_for(self.replica(index, leader).leads.remote(), CHECK_TIMEOUT_S)
+        except Exception:  # noqa: BLE001 - no answer is a missed check
+            leading = None
+        self._missed[index] = 0 if leading == epoch else self._missed[index] + 1
+        if self._missed[index] >= MISSED_CHECKS and self.leaders[index] == leader:
+            logger.warning("the leader of partition %d of namespace %r (replica %d, epoch %d) missed %d checks; "
+                           "electing another", index, self.config.name, leader, epoch, self._missed[index])
+            self._missed[index] = 0
+            await self.elect(index, deposing=leader)
 
     async def elect(self, index: int, deposing: int | None = None) -> None:
         """Give partition `index` a leader (see the module's text); `deposing` names a leader found
@@ -106,12 +157,15 @@ class ReplicaSets:
             replicas = range(self.config.replicas)
             if deposing is not None:
                 self._handles.pop((index, deposing), None)
-            states = await self._states(index, replicas, None)
-            known = max([self.epochs[index], *(max(s["epoch"], s["followed"]) for s in states.values())])
-            for r, state in states.items():
-                if state["leading"] is not None and state["leading"] >= known:
-                    self.leaders[index], self.epochs[index] = r, state["leading"]
-                    return
+            if deposing is None or not self.epochs[index]:
+                states = await self._states(index, replicas, None)
+                known = max([self.epochs[index], *(max(s["epoch"], s["followed"]) for s in states.values())])
+                for r, state in states.items():
+                    if state["leading"] is not None and state["leading"] >= known:
+                        self.leaders[index], self.epochs[index] = r, state["leading"]
+                        return
+            else:
+                known = self.epochs[index]
             epoch = known + 1
             fenced = await self._states(index, replicas, epoch)
             if len(fenced) < self.config.required_copies:
@@ -123,7 +177,9 @@ class ReplicaSets:
             chosen = newest(fenced)
             followers = [r for r in replicas if r != chosen]
             try:
-                await asyncio.wait_for(self.replica(index, chosen).lead.remote(epoch, followers), LEAD_TIMEOUT_S)
+                states = {r: fenced[r] for r in followers if r in fenced}
+                await asyncio.wait_for(self.replica(index, chosen).lead.remote(epoch, followers, states),
+                                       LEAD_TIMEOUT_S)
             except Exception:  # noqa: BLE001 - no leader this time; the next report elects again
                 logger.warning("replica %d of partition %d of namespace %r did not take the lead of epoch %d",
                                chosen, index, self.config.name, epoch, exc_info=True)
@@ -134,9 +190,20 @@ class ReplicaSets:
             self.leaders[index], self.epochs[index] = chosen, epoch
 
     async def _states(self, index: int, replicas: range, fence: int | None) -> dict[int, dict[str, Any]]:
-        """The replicas' states (fenced at `fence` first, when given), of those that answer."""
-        answers = await asyncio.gather(*(self._state(index, r, fence) for r in replicas))
-        return {r: state for r, state in zip(replicas, answers) if state is not None}
+        """The replicas' states (fenced at `fence` first, when given), of those that answer; a
+        fencing round ends as soon as a majority is fenced (any majority holds every acknowledged
+        change), so a replica that hangs does not hold the election up."""
+        tasks = {asyncio.ensure_future(self._state(index, r, fence)): r for r in replicas}
+        states: dict[int, dict[str, Any]] = {}
+        pending = set(tasks)
+        while pending and (fence is None or len(states) < self.config.required_copies):
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                if task.result() is not None:
+                    states[tasks[task]] = task.result()
+        for task in pending:
+            task.cancel()
+        return states
 
     async def _state(self, index: int, replica: int, fence: int | None = None) -> dict[str, Any] | None:
         try:
@@ -148,19 +215,29 @@ class ReplicaSets:
 
 
 class DecidedElsewhere(TableHandles):
-    """The routing table of a gateway that does not decide leadership: the deciding gateway's."""
+    """The routing table of a gateway that does not decide leadership: the deciding gateway's
+    (`make` gets it, creating it again when it is gone for good)."""
 
-    def __init__(self, config: NamespaceConfig) -> None:
-        super().__init__(GatewayCaller(config, 0))
+    def __init__(self, config: NamespaceConfig, make: Callable[[], Any]) -> None:
+        super().__init__(GatewayCaller(config, 0, make))
         self.config = config
 
     async def ready(self) -> None:
         """Fetch the deciding gateway's table unless it is here already."""
         await self.load()
 
+    async def reload(self) -> None:
+        """Fetch the deciding gateway's table now (a client asks for the table: it looks for a leader)."""
+        self._table = await self._gateway.call_async("routing_table", timeout=60.0)
+
     async def failed(self, index: int, epoch: int) -> None:
         """Report the leader of partition `index` of `epoch` gone to the deciding gateway, and take its table."""
         self._table = await self._gateway.call_async("partition_failed", index, epoch, timeout=60.0)
+
+    @property
+    def epochs(self) -> list[int]:
+        """Each partition's epoch, as last fetched."""
+        return list(self.table()["epochs"])
 
     def table(self) -> dict[str, Any]:
         """The routing table, as last fetched."""

@@ -73,6 +73,11 @@ GROUP_METRIC = ("broker_commit_group_callers",
                 "Calls whose work one store commit holds (group commit): its count is the commits, its sum the calls.")
 GROUP_BOUNDARIES = [1, 2, 4, 8, 16, 32, 64]
 """Histogram bucket bounds for the calls in one commit group."""
+REPLICA_LAG_METRIC = ("broker_replica_lag",
+                      "Changes a follower is behind its leader, by replica (absent while it waits for a whole copy).")
+IN_SYNC_METRIC = ("broker_replicas_in_sync", "Replicas of the partition that hold every change of its leader, "
+                  "the leader included.")
+LEADER_CHANGES_METRIC = ("broker_leader_changes", "Times a replica of the partition took the lead (a new epoch).")
 UP_METRIC = ("broker_partition_up", "1 while the partition runs; absent while it is down.")
 PARTITIONS_METRIC = ("broker_partitions", "The namespace's partition count.")
 
@@ -107,6 +112,9 @@ class PartitionMetrics:
         self._up = Gauge(*UP_METRIC, tag_keys=PARTITION_TAGS).set_default_tags(tags)
         self._partitions = Gauge(*PARTITIONS_METRIC, tag_keys=PARTITION_TAGS).set_default_tags(tags)
         self._partition_count = partition_count
+        self._lag = Gauge(*REPLICA_LAG_METRIC, tag_keys=(*PARTITION_TAGS, "replica")).set_default_tags(tags)
+        self._in_sync = Gauge(*IN_SYNC_METRIC, tag_keys=PARTITION_TAGS).set_default_tags(tags)
+        self._leader_changes = Counter(*LEADER_CHANGES_METRIC, tag_keys=PARTITION_TAGS).set_default_tags(tags)
         self._entities: set[str] = set()
         self._exported_at = self._gauges_at = float("-inf")
 
@@ -118,6 +126,17 @@ class PartitionMetrics:
     def group_committed(self, calls: int) -> None:
         """Count one store commit that held the work of `calls` calls."""
         self._group_sizes.append(calls)
+
+    def took_the_lead(self) -> None:
+        """Count a leader change: this replica leads from now on."""
+        self._leader_changes.inc()
+
+    def replicas(self, lag: dict[int, int | None]) -> None:
+        """Set the followers' lag (as the leader sees it) and the count of replicas in sync."""
+        for replica, behind in lag.items():
+            if behind is not None:
+                self._lag.set(behind, tags={"replica": str(replica)})
+        self._in_sync.set(1 + sum(1 for behind in lag.values() if behind == 0))
 
     def tick(self) -> bool:
         """Export what was gathered, if `EXPORT_INTERVAL_S` has passed since the last export, and

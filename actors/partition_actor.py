@@ -137,7 +137,7 @@ class _ForwardThread(threading.Thread):
                 pass
 
 
-@ray.remote(concurrency_groups={"waits": WAIT_THREADS, "replication": 1})
+@ray.remote(concurrency_groups={"waits": WAIT_THREADS, "replication": 1, "health": 1})
 class PartitionActor:
     """Partition `index` of a namespace; its store is reopened whenever Ray restarts it.
 
@@ -226,6 +226,8 @@ class PartitionActor:
                         self._forwarder.start()
                     changed = metrics.run(engine.housekeeping)
                     self._durable()
+                    if self.replica is not None:
+                        metrics.replicas(self.replica.lag())
                     if metrics.tick() or changed:
                         self._notify()
                 failures = 0
@@ -374,6 +376,12 @@ class PartitionActor:
         with self._lock:
             return {**replica.state(), "lag": replica.lag(), "node": self.node()}
 
+    @ray.method(concurrency_group="health")
+    def leads(self) -> int | None:
+        """The epoch this replica leads, or None (the control plane's health check: answered on a
+        thread of its own, without the lock, so that a long commit does not read as a failure)."""
+        return self._replicated().leading
+
     @ray.method(concurrency_group="replication")
     def fence(self, epoch: int) -> dict[str, Any]:
         """Refuse changes from epochs older than `epoch` (stepping down if this replica led an
@@ -385,14 +393,22 @@ class PartitionActor:
             return replica.state()
 
     @ray.method(concurrency_group="replication")
-    def lead(self, epoch: int, followers: list[int]) -> None:
+    def lead(self, epoch: int, followers: list[int], states: dict[int, dict[str, Any]]) -> None:
         """Lead the partition in `epoch` with `followers` (the control plane fenced the replicas at
-        it and chose this one): build the engine from the store and serve."""
+        it, read their `states` and chose this one): build the engine from the store and serve."""
         replica = self._replicated()
         with self._lock:
-            replica.lead(epoch, followers)
+            replica.lead(epoch, followers, states)
             self._serve()
+            self._serving()[1].took_the_lead()
             self._notify()
+
+    @ray.method(concurrency_group="replication")
+    def store_digest(self) -> tuple[int, str]:
+        """This replica's position and a digest of its whole store (`Store.digest`): replicas at the
+        same position hold the same rows exactly when their digests are equal."""
+        with self._lock:
+            return self.store.replication_position.position, self.store.digest()
 
     @ray.method(concurrency_group="replication")
     def apply_changes(self, epoch: int, changes: list[list[Any]]) -> int:

@@ -44,8 +44,6 @@ logger = logging.getLogger("ray_broker.replica")
 SHIP_TIMEOUT_S = 5.0
 """How long a leader waits for enough followers to hold a commit before it answers its callers
 with `NotLeaderError` (it may have lost its followers, or its own place)."""
-FENCE_TIMEOUT_S = 5.0
-"""How long a new leader waits for each follower's state as it takes the lead."""
 
 
 def replica_state(store: Store, followed: int, leading: int | None) -> dict[str, Any]:
@@ -119,10 +117,11 @@ class Replica:
 
     # ------------------------------------------------------------------ as the leader
 
-    def lead(self, epoch: int, followers: list[int]) -> None:
+    def lead(self, epoch: int, followers: list[int], states: dict[int, dict[str, Any]]) -> None:
         """Lead the partition in `epoch` (fenced at it already): begin the epoch in the store, and
-        find where each follower's changes agree with this store's (those it cannot reach, or that
-        diverge, get a whole copy)."""
+        find where each follower's changes agree with this store's by the `states` the control
+        plane read as it fenced them (those it could not reach, or that diverge, get a whole copy
+        when they answer)."""
         begin_epoch(self.store, epoch)
         self.followed = epoch
         self.leading = epoch
@@ -131,17 +130,13 @@ class Replica:
         self._shipping = Shipping(followers, self.config.required_copies, ChangeLog(position))
         self._in_flight.clear()
         for r in followers:
-            try:
-                state = ray.get(self._handle(r).fence.remote(epoch), timeout=FENCE_TIMEOUT_S)
-            except Exception as exc:  # noqa: BLE001 - a follower out of reach now is caught up by a copy later
-                logger.info("replica %d of partition %d: follower %d not reached as epoch %d began (%s)",
-                            self.replica, self.index, r, epoch, type(exc).__name__)
-                self._handles.pop(r, None)
+            state = states.get(r)
+            if state is None:
                 self._shipping.start(r, None)
                 self._shipping.failed(r, time.monotonic())
                 continue
-            ours = [EpochStart(*e) for e in state["history"]]
-            self._shipping.start(r, divergence(history, position, ours, state["position"]))
+            theirs = [EpochStart(*e) for e in state["history"]]
+            self._shipping.start(r, divergence(history, position, theirs, state["position"]))
 
     def ship(self) -> None:
         """Make this replica's committed changes held by enough replicas before anyone is answered;
@@ -205,7 +200,7 @@ class Replica:
         assert shipping is not None
         r = shipment.replica
         try:
-            shipping.answered(r, int(ray.get(ref)))
+            shipping.answered(r, int(ray.get(ref)), time.monotonic())
         except Exception as exc:  # noqa: BLE001 - each kind of refusal says what the follower needs
             error = unwrap_remote_error(exc)
             if isinstance(error, StaleEpochError):

@@ -161,6 +161,16 @@ def displaced(config: NamespaceConfig, index: int, alive: list[str]) -> bool:
     return node is not None and node not in alive
 
 
+def replacement_node(config: NamespaceConfig, slot: int, alive: list[str]) -> str | None:
+    """Where a replica (`slot`) placed by id on a node that is gone is made again: an `alive` node
+    that none of its partition's other replicas is placed on, taken by replica number so that two
+    replicas displaced at once go to different nodes; None when every alive node holds one."""
+    index, replica = divmod(slot, config.replicas)
+    siblings = {pinned_node(config, config.slot(index, r)) for r in range(config.replicas) if r != replica}
+    free = [node for node in sorted(set(alive)) if node not in siblings]
+    return free[replica % len(free)] if free else None
+
+
 def token_hash(auth_token: str | None) -> str | None:
     """The hash a namespace keeps of `auth_token` (else of `$RAY_BROKER_AUTH_TOKEN`), or None."""
     token = auth_token if auth_token is not None else os.environ.get(AUTH_TOKEN_ENV) or None

@@ -12,10 +12,13 @@ from . import output
 from .options import DEFAULT_NAMESPACE, AddressOption, NamespaceOption, attach
 from .status import (
     PARTITION_HEADERS,
+    REPLICA_HEADERS,
     STATUS_PARTITION_KEYS,
+    STATUS_REPLICA_KEYS,
     entity_runtimes,
     partition_counts,
     partition_statuses,
+    replica_rows,
 )
 
 
@@ -174,6 +177,9 @@ def status(namespace: NamespaceOption = DEFAULT_NAMESPACE, address: AddressOptio
     output.out()
     output.table(PARTITION_HEADERS, [p.row(counts[p.index]) for p in partition_statuses(ns)])
     output.out()
+    if config.replicated:
+        output.table(REPLICA_HEADERS, replica_rows(ns))
+        output.out()
     if not entities:
         output.out(f"no queues or subscriptions (`ray-broker queue create NAME -n {ns.name}` creates a queue)")
         return
@@ -194,6 +200,9 @@ def status_document(ns: Any) -> dict[str, Any]:
         "namespace": ns.name, "sku": config.sku, "partition_count": ns.partition_count, "gateways": config.gateways,
         "durability": config.durability, "data_dir": config.data_dir,
         "partitions": [dict(zip(STATUS_PARTITION_KEYS, p.row(counts[p.index]))) for p in partition_statuses(ns)],
+        "replicas": config.replicas,
+        **({"replica_states": [dict(zip(STATUS_REPLICA_KEYS, row)) for row in replica_rows(ns)]}
+           if config.replicated else {}),
         "entities": [{"path": path, "kind": kind, **output.plain(props), "runtime": output.plain(rt)}
                      for kind, path, props, rt in entities],
     }

@@ -69,7 +69,7 @@ class GatewayLink:
     def handle(self) -> Any:
         """The gateway's actor handle (created again if the gateway was killed for good)."""
         if self._handle is None:
-            from actors.deploy import gateway_actor
+            from actors.gateway_actor import gateway_actor
 
             self._handle = gateway_actor(self.config, self.index)
         return self._handle

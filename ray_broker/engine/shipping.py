@@ -17,6 +17,10 @@ from .changes import Change
 
 RETRY_AFTER_S = 0.5
 """How long a follower that did not answer is left before it is shipped to again."""
+HEARTBEAT_S = 1.0
+"""A follower not heard from for this long is sent an empty shipment: it answers with where it
+stands (a follower restarted empty says so, and is then sent a copy), and learns that its leader
+is alive."""
 
 
 @dataclass
@@ -29,6 +33,8 @@ class FollowerProgress:
     """A shipment to it is under way."""
     retry_at: float = 0.0
     """When it may be shipped to again after it did not answer."""
+    heard_at: float = float("-inf")
+    """When it last answered."""
 
 
 @dataclass(frozen=True)
@@ -55,7 +61,7 @@ class Shipping:
         >>> shipping.start(1, 0); shipping.start(2, None)
         >>> [(s.replica, s.changes is None) for s in shipping.due(1, now=0.0)]
         [(1, False), (2, True)]
-        >>> shipping.answered(1, 1); shipping.held(1)
+        >>> shipping.answered(1, 1, now=0.0); shipping.held(1)
         True
     """
 
@@ -69,22 +75,25 @@ class Shipping:
         self.followers[replica] = FollowerProgress(position)
 
     def due(self, position: int, now: float) -> list[Shipment]:
-        """What to send now so that followers reach `position`: to each one behind it, not busy
-        and not being left after a failure, its missing changes, or a copy when the log no longer
-        has them. Each one returned is marked busy until `answered` or `failed`."""
+        """What to send now so that followers reach `position`: to each one behind it (or not heard
+        from for `HEARTBEAT_S`), not busy and not being left after a failure, its missing changes
+        (none for a heartbeat), or a copy when the log no longer has them. Each one returned is
+        marked busy until `answered` or `failed`."""
         out = []
         for replica, follower in self.followers.items():
             behind = follower.position is None or follower.position < position
-            if follower.busy or now < follower.retry_at or not behind:
+            quiet = now - follower.heard_at >= HEARTBEAT_S
+            if follower.busy or now < follower.retry_at or not (behind or quiet):
                 continue
             changes = None if follower.position is None else self.log.since(follower.position)
             follower.busy = True
             out.append(Shipment(replica, changes))
         return out
 
-    def answered(self, replica: int, position: int) -> None:
-        """Follower `replica` took its shipment and now holds changes up to `position`."""
-        self.followers[replica] = FollowerProgress(position)
+    def answered(self, replica: int, position: int, now: float) -> None:
+        """Follower `replica` took its shipment and now holds changes up to `position` (one that
+        holds more than this leader, which cannot be in one epoch, is sent a copy)."""
+        self.followers[replica] = FollowerProgress(position if position <= self.log.last else None, heard_at=now)
 
     def failed(self, replica: int, now: float, position: int | None = -1) -> None:
         """A shipment to `replica` failed: it did not answer (left for `RETRY_AFTER_S`, what it holds

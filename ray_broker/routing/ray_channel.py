@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Protocol, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 import ray
 from ray.exceptions import (
@@ -25,6 +25,9 @@ from ..errors import NotLeaderError, unwrap_remote_error
 from ..wire import PartitionRequest, SessionRef, encode
 from .channel import PartitionUnavailable, Request
 
+REFRESH_EVERY_S = 0.5
+"""How often at most a client fetches the routing table again because a replicated partition did
+not answer."""
 GONE_FOR_GOOD: tuple[type[RayError], ...] = (ActorDiedError, ActorUnschedulableError, ActorPlacementGroupRemoved)
 """Ray's errors for an actor that is dead and that Ray will not restart: its callers have it made again."""
 UNPLACEABLE: tuple[type[RayError], ...] = (ActorUnschedulableError, ActorPlacementGroupRemoved)
@@ -75,9 +78,11 @@ class TableHandles:
     """Partition handles from a gateway's routing table (a `HandleSource`), for callers that do
     not create partitions: clients, and partitions forwarding to others."""
 
-    def __init__(self, gateway: GatewayCalls) -> None:
+    def __init__(self, gateway: GatewayCalls, clock: Callable[[], float] = time.monotonic) -> None:
         self._gateway = gateway
         self._table: dict[str, Any] | None = None
+        self._clock = clock
+        self._refreshed = -REFRESH_EVERY_S
 
     @property
     def loaded(self) -> bool:
@@ -104,6 +109,15 @@ class TableHandles:
         self._table = await self._gateway.call_async("partition_failed", index, self._table["epochs"][index],
                                                      timeout=60.0)
 
+    async def refresh(self, index: int) -> None:
+        """Partition `index` did not answer: with replicated partitions, fetch the table again (at
+        most every `REFRESH_EVERY_S`), since the control plane may have replaced a leader that hangs."""
+        now = self._clock()
+        if self._table is None or not self._table.get("replicated") or now - self._refreshed < REFRESH_EVERY_S:
+            return
+        self._refreshed = now
+        self._table = await self._gateway.call_async("routing_table", timeout=60.0)
+
 
 class HandleSource(Protocol):
     """Where a channel gets partition actor handles."""
@@ -114,6 +128,10 @@ class HandleSource(Protocol):
 
     async def replace(self, index: int) -> None:
         """Partition `index`'s actor died for good: get (or have someone make) its replacement."""
+        ...
+
+    async def refresh(self, index: int) -> None:
+        """Partition `index` did not answer in time: look again where it is (if that can change)."""
         ...
 
 
@@ -222,4 +240,6 @@ class RayChannel:
             if isinstance(exc, RayTaskError) and isinstance(unwrap_remote_error(exc), NotLeaderError):
                 await self.source.replace(index)
                 raise self._classify(index, handle, exc) from None
+            if isinstance(exc, (asyncio.TimeoutError, ActorUnavailableError)):
+                await self.source.refresh(index)
             raise self._failure(index, handle, ref, exc) from None

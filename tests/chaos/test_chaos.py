@@ -360,6 +360,9 @@ class ChaosRun:
 
     # ------------------------------------------------------------------ the run
 
+    def tick(self) -> None:
+        """Called on the main thread between progress checks (chaos that must run there goes here)."""
+
     def _entities_empty(self, ns: rb.Namespace) -> bool:
         """Whether both queues hold nothing at all (every partition answering)."""
         try:
@@ -407,6 +410,7 @@ class ChaosRun:
             if self.senders_done == SENDERS and not self.ledger.outstanding() and self._entities_empty(monitor):
                 finished = True
                 break
+            self.tick()
             time.sleep(CHECK_INTERVAL_S)
         duration = self.clock()
         self.stop.set()

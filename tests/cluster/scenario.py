@@ -11,11 +11,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def observe(module: str, workdir: Path, timeout: float) -> dict[str, Any]:
-    """Run `python -m module workdir` from the repository root; what it observed (asserting it ran
-    to its end without an error)."""
-    run = subprocess.run([sys.executable, "-m", module, str(workdir)], cwd=ROOT, capture_output=True, text=True,
-                         timeout=timeout)
+def observe(module: str, workdir: Path, timeout: float, *args: str) -> dict[str, Any]:
+    """Run `python -m module workdir *args` from the repository root; what it observed (asserting
+    it ran to its end without an error)."""
+    run = subprocess.run([sys.executable, "-m", module, str(workdir), *args], cwd=ROOT, capture_output=True,
+                         text=True, timeout=timeout)
     assert run.returncode == 0, run.stderr[-3000:]
     result: dict[str, Any] = json.loads(run.stdout.strip().splitlines()[-1])
     assert "error" not in result, result

@@ -43,6 +43,9 @@ class _Handles:
     async def replace(self, index: int) -> None:
         self.replaced.append(index)
 
+    async def refresh(self, index: int) -> None:
+        pass
+
 
 @pytest.fixture
 def stranded(ray_instance: None) -> Iterator[tuple[rb.Namespace, _Handles]]:

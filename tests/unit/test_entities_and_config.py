@@ -16,6 +16,7 @@ from ray_broker.config import (
     is_shared_filesystem,
     load_config,
     plan_config,
+    replacement_node,
     save_config,
 )
 from ray_broker.entities import (
@@ -372,3 +373,15 @@ def test_auth_tokens_are_kept_as_hashes_and_checked(monkeypatch: pytest.MonkeyPa
     check_auth_token(open_cfg, None)
     with pytest.raises(InvalidArgumentError):
         token_hash("")
+
+
+def test_a_replica_whose_node_is_gone_is_made_again_on_a_node_without_a_replica_of_its_partition() -> None:
+    nodes = [(f"node-{i}", None) for i in range(4)]
+    config = plan_config("rep", sku="premium", partitions=2, data_dir=None, gateways=1, durability="memory",
+                         nodes=nodes, local_node="node-0", replicas=3)
+    homes = [config.placement[config.slot(1, r)].removeprefix("node:") for r in range(3)]  # type: ignore[index]
+    lost = homes[0]
+    alive = [n for n, _ in nodes if n != lost]
+    replacement = replacement_node(config, config.slot(1, 0), alive)
+    assert replacement in alive and replacement not in homes
+    assert replacement_node(config, config.slot(1, 0), homes[1:]) is None, "no node left without a replica"

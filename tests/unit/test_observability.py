@@ -266,9 +266,11 @@ def exported_names() -> dict[str, set[str]]:
     `_total` to counters, `_bucket`, `_sum` and `_count` to histograms)."""
     from actors import metrics
 
-    names = {f"ray_{name}": {f"ray_{name}_total"} for name, _ in metrics.COUNTER_METRICS.values()}
+    names = {f"ray_{name}": {f"ray_{name}_total"} for name, _ in
+             (*metrics.COUNTER_METRICS.values(), metrics.LEADER_CHANGES_METRIC)}
     names.update({f"ray_{name}": {f"ray_{name}"} for name, _ in
-                  (*metrics.GAUGE_METRICS.values(), metrics.UP_METRIC, metrics.PARTITIONS_METRIC)})
+                  (*metrics.GAUGE_METRICS.values(), metrics.UP_METRIC, metrics.PARTITIONS_METRIC,
+                   metrics.REPLICA_LAG_METRIC, metrics.IN_SYNC_METRIC)})
     names.update({f"ray_{name}": {f"ray_{name}_{suffix}" for suffix in ("bucket", "sum", "count")}
                   for name, _ in metrics.LATENCY_METRICS.values()})
     return names

@@ -31,7 +31,13 @@ from ray_broker.client.link import RetryAction, classify_gateway_failure
 from ray_broker.config import NamespaceConfig, displaced, spread_node
 from ray_broker.errors import MessagingEntityNotFoundError
 from ray_broker.routing.channel import PartitionUnavailable
-from ray_broker.routing.ray_channel import GONE_FOR_GOOD, RayChannel, classify_ray_failure
+from ray_broker.routing.ray_channel import (
+    GONE_FOR_GOOD,
+    REFRESH_EVERY_S,
+    RayChannel,
+    TableHandles,
+    classify_ray_failure,
+)
 from ray_broker.wire import ListEntities
 
 NODE_LOSS_ERRORS: list[RayError] = [
@@ -114,6 +120,9 @@ class _DeadSource:
     async def replace(self, index: int) -> None:
         self.replaced += 1
 
+    async def refresh(self, index: int) -> None:
+        pass
+
 
 def test_a_call_on_a_handle_already_found_dead_did_not_reach_its_partition() -> None:
     source = _DeadSource()
@@ -184,3 +193,31 @@ def test_a_partition_knows_when_it_runs_away_from_the_node_it_is_placed_on() -> 
     config = NamespaceConfig("ns", "premium", 2, "/data", "normal", 1, ("node:a1", "label:disk-b"))
     assert not away_from_home(config, 0, "a1") and away_from_home(config, 0, "b2")
     assert not away_from_home(config, 1, "b2"), "a partition placed by label is where its label is"
+
+
+class _Gateway:
+    """A gateway that serves a routing table and counts the calls."""
+
+    def __init__(self, replicated: bool) -> None:
+        self.replicated = replicated
+        self.calls: list[str] = []
+
+    async def call_async(self, operation: str, *args: Any, timeout: float) -> Any:
+        self.calls.append(operation)
+        return {"handles": [object()], "epochs": [len(self.calls)], "replicated": self.replicated}
+
+
+def test_a_partition_that_does_not_answer_refetches_the_table_only_when_leaders_can_change() -> None:
+    async def refreshes(replicated: bool) -> list[str]:
+        now = [0.0]
+        gateway = _Gateway(replicated)
+        handles = TableHandles(gateway, clock=lambda: now[0])
+        await handles.load()
+        for step in (0.0, 0.1, REFRESH_EVERY_S + 0.2):
+            now[0] = step
+            await handles.refresh(0)
+        return gateway.calls
+
+    assert asyncio.run(refreshes(True)) == ["routing_table", "routing_table", "routing_table"], \
+        "at once, then not again within the interval, then again"
+    assert asyncio.run(refreshes(False)) == ["routing_table"], "one replica: where a partition runs never moves"

@@ -746,3 +746,19 @@ def test_a_store_of_schema_version_6_opens_with_its_messages(tmp_path: Path) -> 
     assert engine.send("q", [Message("three").to_envelope()]) == [3]
     assert [c.position for c in store.take_changes()] == [1]
     store.close()
+
+
+def test_replicas_holding_the_same_changes_have_the_same_digest_whatever_their_epoch_history() -> None:
+    leader, follower = Store(None, "memory", replicated=True), Store(None, "memory")
+    with leader.transaction() as db:
+        db.execute("INSERT INTO counters (entity, next_seq) VALUES ('q', 1)")
+    for change in leader.take_changes():
+        replication.apply(follower, change)
+    assert leader.digest() == follower.digest()
+    replication.begin_epoch(leader, 5)
+    assert leader.replication_position != follower.replication_position
+    assert leader.digest() == follower.digest(), "an epoch begun without changes changes no data"
+    with leader.transaction() as db:
+        db.execute("UPDATE counters SET next_seq = 2")
+    leader.take_changes()
+    assert leader.digest() != follower.digest()

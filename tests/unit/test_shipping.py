@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from ray_broker.engine.change_log import ChangeLog
 from ray_broker.engine.changes import Change
-from ray_broker.engine.shipping import RETRY_AFTER_S, Shipping
+from ray_broker.engine.shipping import HEARTBEAT_S, RETRY_AFTER_S, Shipping
 
 
 def shipping_with(changes: int, followers: tuple[int, ...] = (1, 2), required: int = 2,
@@ -17,11 +17,11 @@ def shipping_with(changes: int, followers: tuple[int, ...] = (1, 2), required: i
 def test_a_follower_behind_gets_its_missing_changes_and_one_shipment_at_a_time() -> None:
     shipping = shipping_with(5)
     shipping.start(1, 3)
-    shipping.start(2, 5)
+    shipping.answered(2, 5, now=0.0)
     due = shipping.due(5, now=0.0)
     assert [(s.replica, [c.position for c in s.changes or []]) for s in due] == [(1, [4, 5])]
     assert shipping.due(5, now=0.0) == [], "busy until it answers"
-    shipping.answered(1, 5)
+    shipping.answered(1, 5, now=0.0)
     assert shipping.copies(5) == 3 and shipping.lag(5) == {1: 0, 2: 0}
 
 
@@ -38,7 +38,7 @@ def test_a_change_is_held_once_a_majority_holds_it() -> None:
     shipping.start(2, 3)
     assert not shipping.held(4) and shipping.held(3)
     shipping.due(4, now=0.0)
-    shipping.answered(2, 4)
+    shipping.answered(2, 4, now=0.0)
     assert shipping.held(4) and shipping.copies(4) == 2
 
 
@@ -53,3 +53,16 @@ def test_a_follower_that_did_not_answer_is_left_a_while_and_one_that_said_where_
     assert [(s.replica, [c.position for c in s.changes or []]) for s in due] == [(2, [6])]
     assert [s.replica for s in shipping.due(6, now=1.0 + RETRY_AFTER_S)] == [1]
     assert shipping.lag(6) == {1: 2, 2: 1}
+
+
+def test_a_follower_not_heard_from_gets_a_heartbeat_and_one_that_restarted_empty_is_sent_a_copy() -> None:
+    shipping = shipping_with(5, followers=(1,))
+    shipping.answered(1, 5, now=0.0)
+    assert shipping.due(5, now=0.5) == [], "up to date and heard from"
+    heartbeat = shipping.due(5, now=0.0 + HEARTBEAT_S)
+    assert [(s.replica, s.changes) for s in heartbeat] == [(1, [])], "an empty shipment"
+    shipping.answered(1, 0, now=1.0)
+    assert [(s.replica, [c.position for c in s.changes or []]) for s in shipping.due(5, now=1.0)] == \
+        [(1, [1, 2, 3, 4, 5])], "it restarted empty: everything it lacks"
+    shipping.answered(1, 9, now=2.0)
+    assert shipping.followers[1].position is None, "more than the leader holds: it gets a copy"

@@ -1,0 +1,29 @@
+"""The chaos run on replicated partitions (`replicated_chaos_run`): keyed, session and unkeyed
+messages with consumer crashes while nodes of a 4-node cluster are removed and new ones added
+every few seconds, `replicas=3`: nothing acknowledged is lost, nothing acknowledged at the first
+try is stored twice, and every guarantee the ledger checks holds. The CI run sends 12,000
+messages; `--long` sends 100,000."""
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from .replicated_chaos_run import CI_MESSAGES
+from .scenario import observe
+
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(4 * 3600)]
+LONG_MESSAGES = 100_000
+
+
+def test_losing_and_adding_nodes_under_load_loses_nothing(tmp_path_factory: pytest.TempPathFactory,
+                                                          long_run: bool) -> None:
+    total = LONG_MESSAGES if long_run else CI_MESSAGES
+    observed: dict[str, Any] = observe("tests.cluster.replicated_chaos_run", tmp_path_factory.mktemp("chaos"),
+                                       4 * 3600 if long_run else 600, str(total))
+    summary = {k: observed[k] for k in ("duration_s", "node_losses", "stats")}
+    assert not observed["failures"] and not observed["hung_threads"], observed
+    assert observed["finished"], (observed["outstanding"], observed["leftovers"], summary)
+    assert observed["violations"] == [], (observed["violations"], summary)
+    assert observed["stats"]["acknowledged"] == total
+    assert observed["node_losses"] >= 3, f"the chaos did not happen: {summary}"
