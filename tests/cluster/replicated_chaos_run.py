@@ -33,7 +33,7 @@ from tests.chaos.test_chaos import (
     Kill,
 )
 
-CI_MESSAGES = 12_000
+CI_MESSAGES = 8_000
 DEADLINE_S = 900.0
 NODE_INTERVAL_S = 4.0
 NODE_ABSENT_S = 2.0
