@@ -30,7 +30,7 @@ def deploy(config: NamespaceConfig, timeout: float = 120.0) -> None:
     try:
         ray.get([h.pid.remote() for h in handles] + [g.pid.remote() for g in gateways], timeout=timeout)
         if config.replicated:
-            ray.get(gateways[0].call.remote("routing_table"), timeout=timeout)
+            ray.get([g.call.remote("routing_table") for g in gateways], timeout=timeout)
     except ray.exceptions.ActorDiedError as exc:
         teardown(config.name, config.partition_count, config.gateways, config.replicas)
         raise creation_failure(exc) or exc from None

@@ -372,6 +372,8 @@ class GatewayActor:
             self._sweeper = loop.create_task(self._sweep_loop())
             if isinstance(self.gateway.handles, ReplicaSets):
                 self._watcher = loop.create_task(self.gateway.handles.watch())
+            elif isinstance(self.gateway.handles, DecidedElsewhere):
+                self._watcher = loop.create_task(self.gateway.handles.keep_decider())
 
     async def _sweep_loop(self) -> None:
         while True:

@@ -37,8 +37,30 @@ def _placement(config: NamespaceConfig, index: int) -> dict[str, Any]:
         return {"label_selector": {STORE_LABEL: value}}
     alive = alive_nodes()
     if displaced(config, index, alive):
-        value = (replacement_node(config, index, alive) if config.replicated else spread_node(index, alive)) or value
+        moved = replacement_node(config, index, alive, _sibling_nodes(config, index)) if config.replicated \
+            else spread_node(index, alive)
+        value = moved or value
     return {"scheduling_strategy": NodeAffinitySchedulingStrategy(node_id=value, soft=False)}
+
+
+def _sibling_nodes(config: NamespaceConfig, slot: int) -> set[str]:
+    """The nodes the other replicas of a replica's (`slot`) partition run on now (by Ray's actor table)."""
+    from ray._private import state
+
+    index, replica = divmod(slot, config.replicas)
+    nodes = set()
+    for r in range(config.replicas):
+        handle = None if r == replica else find_actor(config.replica_name(index, r))
+        if handle is None:
+            continue
+        try:
+            record = dict(state.actors(actor_id=handle._actor_id.hex()) or {})
+        except Exception:  # noqa: BLE001 - an actor table that cannot be read names no node
+            continue
+        node = (record.get("Address") or {}).get("NodeID")
+        if node and record.get("State") == "ALIVE":
+            nodes.add(str(node))
+    return nodes
 
 
 def partition_actor(config: NamespaceConfig, index: int, replica: int = 0) -> Any:

@@ -36,6 +36,8 @@ CHECK_TIMEOUT_S = 1.0
 """How long a leader has to answer that check."""
 REPAIR_EVERY = 4
 """Every this many checks, replicas whose node is gone for good are made again elsewhere."""
+KEEP_DECIDER_S = 2.0
+"""How often a gateway that does not decide asks the deciding one for its table."""
 MISSED_CHECKS = 2
 """Checks in a row a leader may miss (no answer, or not leading) before another is elected: a
 process that hangs (a frozen VM, a cut network) is replaced as one that died."""
@@ -229,6 +231,17 @@ class DecidedElsewhere(TableHandles):
     async def reload(self) -> None:
         """Fetch the deciding gateway's table now (a client asks for the table: it looks for a leader)."""
         self._table = await self._gateway.call_async("routing_table", timeout=60.0)
+
+    async def keep_decider(self) -> None:
+        """Fetch the table every `KEEP_DECIDER_S`, so that a deciding gateway lost with its node is
+        made again (and resumes its checks and repairs) even while no client turns to it; runs as
+        long as this gateway."""
+        while True:
+            await asyncio.sleep(KEEP_DECIDER_S)
+            try:
+                await self.reload()
+            except Exception:  # noqa: BLE001 - tried again at the next round
+                logger.warning("the deciding gateway of namespace %r did not answer", self.config.name, exc_info=True)
 
     async def failed(self, index: int, epoch: int) -> None:
         """Report the leader of partition `index` of `epoch` gone to the deciding gateway, and take its table."""

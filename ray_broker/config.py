@@ -161,13 +161,14 @@ def displaced(config: NamespaceConfig, index: int, alive: list[str]) -> bool:
     return node is not None and node not in alive
 
 
-def replacement_node(config: NamespaceConfig, slot: int, alive: list[str]) -> str | None:
+def replacement_node(config: NamespaceConfig, slot: int, alive: list[str], occupied: set[str]) -> str | None:
     """Where a replica (`slot`) placed by id on a node that is gone is made again: an `alive` node
-    that none of its partition's other replicas is placed on, taken by replica number so that two
-    replicas displaced at once go to different nodes; None when every alive node holds one."""
+    that none of its partition's other replicas is placed on by id or runs on now (`occupied`),
+    taken by replica number so that two replicas displaced at once go to different nodes; None when
+    every alive node holds one."""
     index, replica = divmod(slot, config.replicas)
     siblings = {pinned_node(config, config.slot(index, r)) for r in range(config.replicas) if r != replica}
-    free = [node for node in sorted(set(alive)) if node not in siblings]
+    free = [node for node in sorted(set(alive)) if node not in siblings and node not in occupied]
     return free[replica % len(free)] if free else None
 
 

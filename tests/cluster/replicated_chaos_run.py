@@ -33,10 +33,10 @@ from tests.chaos.test_chaos import (
     Kill,
 )
 
-CI_MESSAGES = 8_000
+CI_MESSAGES = 4_000
 DEADLINE_S = 900.0
-NODE_INTERVAL_S = 4.0
-NODE_ABSENT_S = 2.0
+NODE_INTERVAL_S = 3.0
+NODE_ABSENT_S = 1.5
 WORKERS = 3
 SEED = 20_261_125
 

@@ -1,7 +1,7 @@
 """The chaos run on replicated partitions (`replicated_chaos_run`): keyed, session and unkeyed
 messages with consumer crashes while nodes of a 4-node cluster are removed and new ones added
 every few seconds, `replicas=3`: nothing acknowledged is lost, nothing acknowledged at the first
-try is stored twice, and every guarantee the ledger checks holds. The CI run sends 8,000
+try is stored twice, and every guarantee the ledger checks holds. The CI run sends 4,000
 messages; `--long` sends 100,000."""
 from __future__ import annotations
 

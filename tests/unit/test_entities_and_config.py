@@ -382,6 +382,8 @@ def test_a_replica_whose_node_is_gone_is_made_again_on_a_node_without_a_replica_
     homes = [config.placement[config.slot(1, r)].removeprefix("node:") for r in range(3)]  # type: ignore[index]
     lost = homes[0]
     alive = [n for n, _ in nodes if n != lost]
-    replacement = replacement_node(config, config.slot(1, 0), alive)
+    replacement = replacement_node(config, config.slot(1, 0), alive, set())
     assert replacement in alive and replacement not in homes
-    assert replacement_node(config, config.slot(1, 0), homes[1:]) is None, "no node left without a replica"
+    assert replacement_node(config, config.slot(1, 0), homes[1:], set()) is None, "no node left without a replica"
+    assert replacement_node(config, config.slot(1, 0), alive, {replacement}) is None, \
+        "nor one where another replica runs now (moved there, or placed by label)"
