@@ -63,7 +63,7 @@ def start(
 
     import ray_broker as rb
     from ..client.lifecycle import cluster_address, ensure_ray, local_head_address, running_config
-    from ..config import check_start_options, store_directory, stored_config_for
+    from ..config import check_replica_nodes, check_start_options, store_directory, stored_config_for
     from ..ray_head import start_head
 
     wanted = {"sku": sku and sku.value, "partition_count": partitions, "data_dir": data_dir, "gateways": gateways,
@@ -75,6 +75,7 @@ def start(
     if target is None:
         if wanted["durability"] != "memory":
             stored_config_for(namespace, tier, count, store_directory(namespace, data_dir))
+        check_replica_nodes(replicas or 1, [("the Ray head this command would start", None)])
         head = start_head(port, local_head_address)
         output.out(f"started a Ray head at {head.address} (pid {head.pid}; `ray-broker stop --ray` stops it)")
         target = head.address

@@ -119,6 +119,20 @@ def test_start_refuses_bad_options_before_starting_a_ray_head(env: dict[str, str
             os.kill(json.loads(marker.read_text())["pid"], signal.SIGTERM)
 
 
+def test_start_refuses_more_replicas_than_the_head_it_would_start_can_hold_before_starting_it(
+        env: dict[str, str]) -> None:
+    marker = Path(env["RAY_BROKER_HOME"]) / ".ray-head.json"
+    try:
+        result, took = timed([CLI, "start", "-n", "shop", "--replicas", "3"], env)
+        assert result.returncode == 1 and took < FAST_S, (took, result.stdout, result.stderr)
+        assert result.stderr.startswith("error: InvalidOperationError: replicas=3 needs 3 nodes"), result.stderr
+        assert result.stdout == ""
+        assert not marker.exists() and os.listdir(env["RAY_TMPDIR"]) == [], "a Ray head was started"
+    finally:
+        if marker.exists():
+            os.kill(json.loads(marker.read_text())["pid"], signal.SIGTERM)
+
+
 def test_start_refuses_a_tier_its_stores_were_not_made_with_before_starting_a_ray_head(env: dict[str, str]) -> None:
     directory = Path(env["RAY_BROKER_HOME"]) / "shop"
     save_config(NamespaceConfig("shop", "standard", 16, str(directory), "normal", 1, None))
