@@ -56,7 +56,7 @@ from ray_broker.wire import (
     decode_router_args,
 )
 
-from .handles import alive_nodes, find_actor, partition_actor
+from .handles import alive_nodes, find_actor, head_node, partition_actor
 from .leadership import DecidedElsewhere, ReplicaSets
 
 SWEEP_INTERVAL_S = 30.0
@@ -421,13 +421,15 @@ def gateway_actor(config: NamespaceConfig, index: int) -> Any:
     """Get gateway `index`, creating it if it does not exist.
 
     A new gateway goes to a node of its own while the cluster has a node per gateway
-    (`spread_node`), pinned to it (Ray's soft affinity does not hold the spread). When that node
-    is lost, Ray cannot restart the gateway there: a client that finds it gone for good makes it
-    again here, on a live node."""
+    (`spread_node`), pinned to it (Ray's soft affinity does not hold the spread); on a replicated
+    namespace the first gateway, which decides leadership, goes to the head node, whose loss ends
+    the cluster anyway, so that losing a worker never leaves leaders undecided while the decider
+    is made again. When its node is lost, Ray cannot restart a gateway there: a client that finds
+    it gone for good makes it again here, on a live node."""
     existing = find_actor(config.gateway_name(index))
     if existing is not None:
         return existing
-    node = spread_node(index, alive_nodes())
+    node = (head_node() if config.replicated and index == 0 else None) or spread_node(index, alive_nodes())
     placement = "SPREAD" if node is None else NodeAffinitySchedulingStrategy(node_id=node, soft=False)
     return GatewayActor.options(
         name=config.gateway_name(index), namespace=RAY_NAMESPACE, lifetime="detached", get_if_exists=True,

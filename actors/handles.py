@@ -14,9 +14,19 @@ from ray_broker.config import RAY_NAMESPACE, STORE_LABEL, NamespaceConfig, displ
 from .partition_actor import PartitionActor
 
 
+HEAD_RESOURCE = "node:__internal_head__"
+"""The resource Ray gives its head node alone."""
+
+
 def alive_nodes() -> list[str]:
     """The ids of the cluster's alive nodes."""
     return [node["NodeID"] for node in ray.nodes() if node["Alive"]]
+
+
+def head_node() -> str | None:
+    """The id of the cluster's head node while it is alive (None when none is known)."""
+    return next((node["NodeID"] for node in ray.nodes() if node["Alive"] and HEAD_RESOURCE in node["Resources"]),
+                None)
 
 
 def _placement(config: NamespaceConfig, index: int) -> dict[str, Any]:

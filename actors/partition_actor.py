@@ -193,16 +193,22 @@ class PartitionActor:
         """The engine, its metrics and committer; `NotLeaderError` on a replica that does not lead."""
         engine, metrics, committer = self.engine, self.metrics, self._committer
         if engine is None or metrics is None or committer is None:
-            raise NotLeaderError(f"replica {self.replica.replica if self.replica else 0} of partition {self.index} "
-                                 f"of namespace {self.config.name!r} does not lead it; find its leader in the routing "
-                                 "table and ask again", partition=self.index)
+            assert self.replica is not None, "a partition of one replica serves from its start"
+            raise self.replica.not_leader("it does not lead")
         return engine, metrics, committer
 
-    def _durable(self) -> None:
+    def _durable(self, wait: bool = True) -> None:
         """Make what was just committed durable beyond this store: on a replicated partition, held
-        by enough replicas (`Replica.ship`, under the lock); nothing to do with one replica."""
-        if self.replica is not None:
-            self.replica.ship()
+        by enough replicas (`Replica.ship`, under the lock; without `wait`, only shipped); nothing
+        to do with one replica. A replica that finds it no longer leads stops serving."""
+        if self.replica is None:
+            return
+        try:
+            self.replica.ship(wait)
+        except NotLeaderError:
+            if self.replica.leading is None:
+                self._stop_serving()
+            raise
 
     def _notify(self) -> None:
         """Wake waiting receives and the forwarder (the caller holds the lock)."""
@@ -225,7 +231,7 @@ class PartitionActor:
                                                                        self._durable))
                         self._forwarder.start()
                     changed = metrics.run(engine.housekeeping)
-                    self._durable()
+                    self._durable(wait=False)
                     if self.replica is not None:
                         metrics.replicas(self.replica.lag())
                     if metrics.tick() or changed:

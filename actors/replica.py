@@ -44,6 +44,9 @@ logger = logging.getLogger("ray_broker.replica")
 SHIP_TIMEOUT_S = 5.0
 """How long a leader waits for enough followers to hold a commit before it answers its callers
 with `NotLeaderError` (it may have lost its followers, or its own place)."""
+SHIPMENT_TIMEOUT_S = 10.0
+"""How long a shipment may go unanswered before its follower counts as out of reach (a whole copy
+of a large store takes seconds, so this is longer than `SHIP_TIMEOUT_S`)."""
 
 
 def replica_state(store: Store, followed: int, leading: int | None) -> dict[str, Any]:
@@ -71,7 +74,8 @@ class Replica:
         self.leading: int | None = None
         """The epoch this replica leads, or None while it follows."""
         self._shipping: Shipping | None = None
-        self._in_flight: dict[Any, Shipment] = {}
+        self._in_flight: dict[Any, tuple[Shipment, float]] = {}
+        """Shipments under way, by their result's ref, with when each was sent."""
         self._handles: dict[int, Any] = {}
 
     # ------------------------------------------------------------------ as a follower
@@ -138,39 +142,41 @@ class Replica:
             theirs = [EpochStart(*e) for e in state["history"]]
             self._shipping.start(r, divergence(history, position, theirs, state["position"]))
 
-    def ship(self) -> None:
+    def ship(self, wait: bool = True) -> None:
         """Make this replica's committed changes held by enough replicas before anyone is answered;
         on the way, take the followers' answers that came in and ship to every follower behind
-        (so that one left behind catches up at the next commit, or housekeeping round).
+        (so that one left behind catches up at the next commit, or housekeeping round). Without
+        `wait` (no caller waits on the changes: housekeeping) it ships what is due and returns.
 
-        Raises `NotLeaderError` when it does not lead (any more), or cannot get them held within
-        `SHIP_TIMEOUT_S`."""
+        Raises `NotLeaderError` when it does not lead (any more), or (waiting) cannot get them held
+        within `SHIP_TIMEOUT_S`."""
         shipping = self._shipping
         if shipping is None or self.leading is None:
             self.store.take_changes()
-            raise self._not_leader("it does not lead")
+            raise self.not_leader("it does not lead")
         for change in self.store.take_changes():
             shipping.log.append(change)
         position = shipping.log.last
         deadline = time.monotonic() + SHIP_TIMEOUT_S
-        wait = 0.0
+        pause = 0.0
         while True:
-            ready, _ = ray.wait(list(self._in_flight), num_returns=1, timeout=wait) if self._in_flight else ([], [])
+            ready, _ = ray.wait(list(self._in_flight), num_returns=1, timeout=pause) if self._in_flight else ([], [])
             for ref in ready:
-                self._answer(ref, self._in_flight.pop(ref))
+                self._answer(ref, self._in_flight.pop(ref)[0])
             if self.leading is None:
-                raise self._not_leader("a follower follows a newer epoch")
+                raise self.not_leader("a follower follows a newer epoch")
             now = time.monotonic()
+            self._give_up_on_silent(now)
             for shipment in shipping.due(position, now):
                 self._send(shipment)
-            if shipping.held(position):
+            if not wait or shipping.held(position):
                 return
             if now >= deadline:
-                raise self._not_leader(f"only {shipping.copies(position)} of the {self.config.required_copies} "
-                                       f"copies a change needs hold change {position} after {SHIP_TIMEOUT_S:g} s")
-            wait = min(deadline - now, 0.05 if not self._in_flight else deadline - now)
+                raise self.not_leader(f"only {shipping.copies(position)} of the {self.config.required_copies} "
+                                      f"copies a change needs hold change {position} after {SHIP_TIMEOUT_S:g} s")
+            pause = min(deadline - now, 0.05 if not self._in_flight else deadline - now)
             if not self._in_flight:
-                time.sleep(wait)
+                time.sleep(pause)
 
     def lag(self) -> dict[int, int | None]:
         """How many changes each follower is behind (None: waiting for a copy); empty unless leading."""
@@ -193,7 +199,20 @@ class Replica:
             assert self._shipping is not None
             self._shipping.failed(shipment.replica, time.monotonic())
             return
-        self._in_flight[ref] = shipment
+        self._in_flight[ref] = (shipment, time.monotonic())
+
+    def _give_up_on_silent(self, now: float) -> None:
+        """Count a shipment unanswered for `SHIPMENT_TIMEOUT_S` as failed (its follower's process
+        may be gone with its node, or be restarting elsewhere): the follower is found by name and
+        shipped to again after `RETRY_AFTER_S`, rather than waited on forever."""
+        assert self._shipping is not None
+        for ref, (shipment, sent) in list(self._in_flight.items()):
+            if now - sent >= SHIPMENT_TIMEOUT_S:
+                del self._in_flight[ref]
+                logger.info("replica %d of partition %d: follower %d did not answer a shipment in %g s",
+                            self.replica, self.index, shipment.replica, SHIPMENT_TIMEOUT_S)
+                self._handles.pop(shipment.replica, None)
+                self._shipping.failed(shipment.replica, now)
 
     def _answer(self, ref: Any, shipment: Shipment) -> None:
         shipping = self._shipping
@@ -222,7 +241,8 @@ class Replica:
                                                             namespace=RAY_NAMESPACE)
         return handle
 
-    def _not_leader(self, why: str) -> NotLeaderError:
+    def not_leader(self, why: str) -> NotLeaderError:
+        """The error this replica's callers get when it cannot acknowledge their work, saying `why`."""
         return NotLeaderError(f"replica {self.replica} of partition {self.index} of namespace {self.config.name!r} "
                               f"cannot acknowledge: {why}; find the partition's leader in the routing table and "
                               "ask again", partition=self.index)

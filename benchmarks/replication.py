@@ -25,7 +25,7 @@ import ray
 from ray.cluster_utils import Cluster
 
 import ray_broker as rb
-from ray_broker.cli.status import partition_leaders
+from ray_broker.cli.status import survey_replicas
 from ray_broker.config import NODE_DATA_DIR_ENV, RAY_NAMESPACE, STORE_LABEL
 from ray_broker.errors import PartitionUnavailableError
 from ray_broker.routing import partition_for_key
@@ -118,7 +118,7 @@ def keyed_send_until_it_succeeds(ns: rb.Namespace, key: str, give_up_s: float = 
 
 def replica_lag(ns: rb.Namespace, partition: int) -> dict[int, int | None]:
     """The leader's view of its followers' lag (a follower of None while the partition has no leader)."""
-    leader = partition_leaders(ns)[partition]
+    leader = survey_replicas(ns).leaders()[partition]
     if leader is None:
         return {0: None}
     state = ray.get(leader.replica_state.remote(), timeout=30)
@@ -132,7 +132,7 @@ def failovers(cluster: LabelledCluster, config: ReplicationConfig) -> dict[str, 
     with broker_namespace("failover", sku="premium", partitions=FAILOVER_PARTITIONS, replicas=3) as ns:
         ns.create_queue(QUEUE)
         for _ in range(config.failovers):
-            heads = partition_leaders(ns)
+            heads = survey_replicas(ns).leaders()
             nodes = ray.get([h.node.remote() for h in heads], timeout=60)
             k, label = next((k, cluster.label_of(n)) for k, n in enumerate(nodes) if cluster.label_of(n))
             assert label is not None
@@ -151,7 +151,7 @@ def catch_up(cluster: LabelledCluster, config: ReplicationConfig) -> dict[str, A
     the worker back: seconds until the follower is in sync."""
     with broker_namespace("catchup", sku="premium", partitions=1, replicas=3) as ns:
         ns.create_queue(QUEUE)
-        head = partition_leaders(ns)[0]
+        head = survey_replicas(ns).leaders()[0]
         leader_label = cluster.label_of(ray.get(head.node.remote(), timeout=30))
         label = next(label for label in LABELS if label != leader_label)
         cluster.remove(label)

@@ -18,7 +18,7 @@ from .status import (
     entity_runtimes,
     partition_counts,
     partition_statuses,
-    replica_rows,
+    survey_replicas,
 )
 
 
@@ -176,10 +176,12 @@ def status(namespace: NamespaceOption = DEFAULT_NAMESPACE, address: AddressOptio
     entities = entity_runtimes(ns)
     counts = partition_counts([runtime for *_, runtime in entities], ns.partition_count)
     output.out()
-    output.table(PARTITION_HEADERS, [p.row(counts[p.index]) for p in partition_statuses(ns)])
+    survey = survey_replicas(ns) if config.replicated else None
+    leaders = survey.leaders() if survey is not None else None
+    output.table(PARTITION_HEADERS, [p.row(counts[p.index]) for p in partition_statuses(ns, leaders)])
     output.out()
-    if config.replicated:
-        output.table(REPLICA_HEADERS, replica_rows(ns))
+    if survey is not None:
+        output.table(REPLICA_HEADERS, survey.rows())
         output.out()
     if not entities:
         output.out(f"no queues or subscriptions (`ray-broker queue create NAME -n {ns.name}` creates a queue)")
@@ -197,13 +199,15 @@ def status_document(ns: Any) -> dict[str, Any]:
     config = ns.config
     entities = entity_runtimes(ns)
     counts = partition_counts([runtime for *_, runtime in entities], ns.partition_count)
+    survey = survey_replicas(ns) if config.replicated else None
     return {
         "namespace": ns.name, "sku": config.sku, "partition_count": ns.partition_count, "gateways": config.gateways,
         "durability": config.durability, "data_dir": config.data_dir,
-        "partitions": [dict(zip(STATUS_PARTITION_KEYS, p.row(counts[p.index]))) for p in partition_statuses(ns)],
+        "partitions": [dict(zip(STATUS_PARTITION_KEYS, p.row(counts[p.index]))) for p in
+                       partition_statuses(ns, survey.leaders() if survey is not None else None)],
         "replicas": config.replicas,
-        **({"replica_states": [dict(zip(STATUS_REPLICA_KEYS, row)) for row in replica_rows(ns)]}
-           if config.replicated else {}),
+        **({"replica_states": [dict(zip(STATUS_REPLICA_KEYS, row)) for row in survey.rows()]}
+           if survey is not None else {}),
         "entities": [{"path": path, "kind": kind, **output.plain(props), "runtime": output.plain(rt)}
                      for kind, path, props, rt in entities],
     }

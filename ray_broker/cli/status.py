@@ -32,15 +32,16 @@ STATUS_PARTITION_KEYS = ["index", "node", "pid", "health", "restarts", "active_m
 """The keys of a partition's row in `status --json` (the columns of `PARTITION_HEADERS`)."""
 
 
-def partition_statuses(ns: Any, timeout: float = PING_TIMEOUT_S) -> list[PartitionStatus]:
-    """Every partition of `ns`: asks each for its process id (waiting up to `timeout` in all) and
-    reads its node, state and restart count from Ray's actor table."""
+def partition_statuses(ns: Any, leaders: list[Any] | None = None,
+                       timeout: float = PING_TIMEOUT_S) -> list[PartitionStatus]:
+    """Every partition of `ns` (each replicated one by its `leaders`' entry): asks each for its
+    process id (waiting up to `timeout` in all) and reads its node, state and restart count from
+    Ray's actor table."""
     import ray
 
     from ..config import RAY_NAMESPACE, partition_actor_name
 
     handles: list[Any] = []
-    leaders = partition_leaders(ns) if ns.config.replicated else None
     for k in range(ns.partition_count):
         try:
             handles.append(leaders[k] if leaders is not None else
@@ -51,88 +52,82 @@ def partition_statuses(ns: Any, timeout: float = PING_TIMEOUT_S) -> list[Partiti
     return [_status(k, handle, pid) for k, (handle, pid) in enumerate(zip(handles, pids))]
 
 
-def partition_leaders(ns: Any, timeout: float = PING_TIMEOUT_S) -> list[Any]:
-    """Each replicated partition's leader (None while it has none), asked of the replicas themselves
-    (the replica leading the newest epoch)."""
-    import ray
-
-    from ..config import RAY_NAMESPACE
-
-    config = ns.config
-    asked: list[tuple[int, Any, Any]] = []
-    for k in range(ns.partition_count):
-        for r in range(config.replicas):
-            try:
-                handle = ray.get_actor(config.replica_name(k, r), namespace=RAY_NAMESPACE)
-            except ValueError:
-                continue
-            asked.append((k, handle, handle.leads.remote()))
-    done = set(ray.wait([ref for *_, ref in asked], num_returns=len(asked), timeout=timeout)[0]) if asked else set()
-    best: list[tuple[int, Any]] = [(0, None)] * ns.partition_count
-    for k, handle, ref in asked:
-        try:
-            epoch = ray.get(ref) if ref in done else None
-        except ray.exceptions.RayError:
-            continue
-        if epoch is not None and epoch > best[k][0]:
-            best[k] = (epoch, handle)
-    return [handle for _, handle in best]
-
-
 REPLICA_HEADERS = ["partition", "replica", "node", "role", "epoch", "position", "behind", "in sync"]
 STATUS_REPLICA_KEYS = ["partition", "replica", "node", "role", "epoch", "position", "behind", "in_sync"]
 """The keys of a replica's row in `status --json` (the columns of `REPLICA_HEADERS`)."""
 
 
-def replica_rows(ns: Any, timeout: float = PING_TIMEOUT_S) -> list[list[Any]]:
-    """One row per replica of every partition: its node, role (leader, follower, or down when it
-    does not answer), epoch, position, how many changes it is behind its leader (None: waiting for
-    a whole copy) and whether it is in sync."""
+@dataclass(frozen=True)
+class ReplicaSurvey:
+    """Every replica of a replicated namespace and what it answered (`replica_state`), asked once."""
+
+    replicas: int
+    handles: list[Any]
+    """Replica r of partition k at `k * replicas + r`; None where no such actor exists."""
+    states: list[dict[str, Any] | None]
+    """Each replica's state, None where it did not answer."""
+
+    def group(self, partition: int) -> list[dict[str, Any] | None]:
+        """The states of `partition`'s replicas, by replica number."""
+        return self.states[partition * self.replicas:(partition + 1) * self.replicas]
+
+    def leaders(self) -> list[Any]:
+        """Each partition's leader (the replica leading the newest epoch; None while it has none)."""
+        out = []
+        for k in range(len(self.states) // self.replicas):
+            leading = [(s["leading"], self.handles[k * self.replicas + r]) for r, s in enumerate(self.group(k))
+                       if s is not None and s["leading"] is not None]
+            out.append(max(leading, key=lambda pair: pair[0])[1] if leading else None)
+        return out
+
+    def rows(self) -> list[list[Any]]:
+        """One row per replica (see `REPLICA_HEADERS`): its node, role (leader, follower, or down
+        when it does not answer), epoch, position, how many changes it is behind its leader (None:
+        waiting for a whole copy) and whether it is in sync."""
+        rows = []
+        for k in range(len(self.states) // self.replicas):
+            group = self.group(k)
+            lag = next(({int(r): v for r, v in s["lag"].items()} for s in group if s and s["leading"] is not None),
+                       {})
+            for r, state in enumerate(group):
+                if state is None:
+                    rows.append([k, r, None, "down", None, None, None, False])
+                    continue
+                leads = state["leading"] is not None
+                behind = 0 if leads else lag.get(r)
+                rows.append([k, r, state["node"][:8], "leader" if leads else "follower", state["epoch"],
+                             state["position"], behind, behind == 0])
+        return rows
+
+
+def survey_replicas(ns: Any, timeout: float = PING_TIMEOUT_S) -> ReplicaSurvey:
+    """Ask every replica of `ns` where it stands, all at once (waiting up to `timeout` in all)."""
     import ray
 
     from ..config import RAY_NAMESPACE
 
     config = ns.config
-    refs: list[Any] = []
+    handles: list[Any] = []
     for k in range(ns.partition_count):
         for r in range(config.replicas):
             try:
-                refs.append(ray.get_actor(config.replica_name(k, r), namespace=RAY_NAMESPACE).replica_state.remote())
+                handles.append(ray.get_actor(config.replica_name(k, r), namespace=RAY_NAMESPACE))
             except ValueError:
-                refs.append(None)
-    pending = [ref for ref in refs if ref is not None]
-    done = set(ray.wait(pending, num_returns=len(pending), timeout=timeout)[0]) if pending else set()
-    states: list[dict[str, Any] | None] = []
-    for ref in refs:
-        try:
-            states.append(ray.get(ref) if ref is not None and ref in done else None)
-        except ray.exceptions.RayError:
-            states.append(None)
-    rows = []
-    for k in range(ns.partition_count):
-        group = states[k * config.replicas:(k + 1) * config.replicas]
-        lag = next(({int(r): v for r, v in s["lag"].items()} for s in group if s and s["leading"] is not None), {})
-        for r, state in enumerate(group):
-            if state is None:
-                rows.append([k, r, None, "down", None, None, None, False])
-                continue
-            leads = state["leading"] is not None
-            behind = 0 if leads else lag.get(r)
-            rows.append([k, r, state["node"][:8], "leader" if leads else "follower", state["epoch"],
-                         state["position"], behind, behind == 0])
-    return rows
+                handles.append(None)
+    return ReplicaSurvey(config.replicas, handles,
+                         _answers([None if h is None else h.replica_state.remote() for h in handles], timeout))
 
 
-def _answers(refs: list[Any], timeout: float) -> list[int | None]:
+def _answers(refs: list[Any], timeout: float) -> list[Any]:
     """Each ref's value, or None for one that failed or did not answer in `timeout`."""
     import ray
 
     pending = [r for r in refs if r is not None]
     done = set(ray.wait(pending, num_returns=len(pending), timeout=timeout)[0]) if pending else set()
-    values: list[int | None] = []
+    values: list[Any] = []
     for ref in refs:
         try:
-            values.append(int(ray.get(ref)) if ref is not None and ref in done else None)
+            values.append(ray.get(ref) if ref is not None and ref in done else None)
         except ray.exceptions.RayError:
             values.append(None)
     return values

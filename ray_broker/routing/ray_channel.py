@@ -148,6 +148,8 @@ class RayChannel:
         self.source = source
         self._dead: dict[int, Any] = {}
         """Each partition's handle last found dead for good: Ray sends no call on it."""
+        self._answered: dict[int, Any] = {}
+        """Each partition's handle that last answered a call: its actor was placed and ran."""
 
     def _submit(self, index: int, calls: Sequence[PartitionRequest]) -> tuple[Any, Any]:
         """Send `calls` to partition `index`, encoded (`wire.encode`): the handle used, and the
@@ -182,17 +184,26 @@ class RayChannel:
                 continue
             handle, ref = submitted
             try:
-                outcomes.append(self._results(calls, ray.get(ref, timeout=max(deadline - time.monotonic(), 0.001))))
+                value = ray.get(ref, timeout=max(deadline - time.monotonic(), 0.001))
+                self._answered[index] = handle
+                outcomes.append(self._results(calls, value))
             except RayError as exc:
                 outcomes.append(self._failure(index, handle, ref, exc))
         return outcomes
 
     def _classify(self, index: int, handle: Any, exc: BaseException) -> BaseException:
         """`classify_ray_failure`, where a call on a handle already known dead for good never
-        reached the partition."""
+        reached the partition, and one that found no place to run on a handle that answered before
+        may have: Ray reports the death of an actor that cannot be made again on its lost node as
+        unschedulable to the calls that were under way too."""
         error = classify_ray_failure(index, exc)
-        if isinstance(error, PartitionUnavailable) and error.reached and self._dead.get(index) is handle:
+        if not isinstance(error, PartitionUnavailable):
+            return error
+        if error.reached and self._dead.get(index) is handle:
             return PartitionUnavailable(index, error.reason, reached=False)
+        if not error.reached and isinstance(exc, UNPLACEABLE) and self._answered.get(index) is handle \
+                and self._dead.get(index) is not handle:
+            return PartitionUnavailable(index, error.reason, reached=True)
         return error
 
     def _failure(self, index: int, handle: Any, ref: Any, exc: BaseException) -> BaseException:
@@ -230,7 +241,7 @@ class RayChannel:
         """The result of the call `ref` on `handle`, or its failure; an actor found dead for good
         is remembered as dead and replaced (through the handle source)."""
         try:
-            return await asyncio.wait_for(asyncio.wrap_future(ref.future()), timeout=max(timeout, 0.001))
+            value = await asyncio.wait_for(asyncio.wrap_future(ref.future()), timeout=max(timeout, 0.001))
         except (RayError, asyncio.TimeoutError) as exc:
             if isinstance(exc, GONE_FOR_GOOD) and not isinstance(exc, RayTaskError):
                 error = self._classify(index, handle, exc)
@@ -243,3 +254,5 @@ class RayChannel:
             if isinstance(exc, (asyncio.TimeoutError, ActorUnavailableError)):
                 await self.source.refresh(index)
             raise self._failure(index, handle, ref, exc) from None
+        self._answered[index] = handle
+        return value

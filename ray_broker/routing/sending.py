@@ -5,6 +5,7 @@ that hold them. Where messages go is planned by `rounds.plan_send`."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any, Awaitable, Iterator, Sequence
 
 from ..errors import PartitionUnavailableError
@@ -17,6 +18,8 @@ from .health import RETRY_BACKOFF
 from .reaching import PartitionReach
 from .receiving import Hints
 from .rounds import SendPlan, UnkeyedPart, place, plan_send
+
+logger = logging.getLogger("ray_broker.sending")
 
 UNKEYED_SETTLE_S = 10.0
 """How long an unkeyed tagged batch keeps to a partition that failed with it, maybe having stored
@@ -116,6 +119,10 @@ class Sends:
                     if exc.reached and part.tag is not None and not doubted:
                         doubted = True
                         seqs = await self._settle_doubt(k, call, deadline)
+                        if seqs is None:
+                            logger.warning("partition %d of %r stayed unavailable after a send that may have "
+                                           "reached it (%s); the batch goes to another partition, where it may be "
+                                           "stored a second time", k, plan.entity, exc.reason)
                     if seqs is None:
                         if reach.health.failing_for(k, reach.clock()) >= UNKEYED_SETTLE_S:
                             reach.health.hold_away(k, reach.clock())

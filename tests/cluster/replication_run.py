@@ -2,12 +2,16 @@
 process is already attached to the shared Ray); prints one JSON line of what it observed.
 
 Two workers have no store label; the third is labelled `DISK` and keeps its stores in a directory
-of its own. A premium namespace of 4 partitions with 3 replicas each (a majority of 2 holds every
-change) and 2 gateways takes keyed and unkeyed batches, and a receiver locks some messages without
-settling them. Then, one after another:
-- the unlabelled worker running the leader of one partition is removed (at times with a gateway
-  on it: what is read after the loss is read from the replicas); keyed sends to that partition go
-  on after the failover, and its replicas there are made again on the node left free;
+of its own. A premium namespace of 8 partitions with 3 replicas each (a majority of 2 holds every
+change; each node leads two partitions) and 2 gateways takes keyed and unkeyed batches, and a
+receiver locks some messages without settling them. Then, one after another:
+- the unlabelled worker running the most leaders is removed (at times with a gateway on it, never
+  the deciding one, which runs on the head: what is read after the loss is read from the
+  replicas) while four senders and four receivers are at work (`replicated_load`: keyed sends
+  into a transaction pipeline, unkeyed sends, a session queue, a topic with three
+  subscriptions); keyed sends to its partitions go on after the failover (each
+  timed), runtime properties say `Available` again, its replicas are made again on the node left
+  free, and every message the load had acknowledged is received;
 - the leader of another partition is frozen (SIGSTOP) while a keyed send goes to it, and thawed;
 - a follower of a third partition is killed (Ray restarts it) between keyed sends;
 - the labelled worker is removed, its directory deleted, and a worker with its label added back.
@@ -21,6 +25,7 @@ import shutil
 import signal
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -33,28 +38,45 @@ from ray_broker.config import NODE_DATA_DIR_ENV, RAY_NAMESPACE, STORE_LABEL
 from ray_broker.errors import InvalidOperationError, MessageLockLostError
 from ray_broker.routing import partition_for_key
 
-PARTITIONS = 4
+from .replicated_load import OUTPUT, SESSIONS, STAGE, SUBSCRIPTIONS, TOPIC, Load, create_entities
+
+PARTITIONS = 8
 REPLICAS = 3
 BATCHES = 12
 PER_BATCH = 10
 HELD = 5
 DISK = "disk-c"
+LOAD_BEFORE_LOSS_S = 4.0
+LOAD_AFTER_LOSS_S = 8.0
 
 
 def key_for(partition: int) -> str:
     return next(f"key-{i}" for i in range(10_000) if partition_for_key(f"key-{i}", PARTITIONS) == partition)
 
 
+def ask_replicas(name: str, partition: int, method: str, timeout: float = 5.0) -> list[Any]:
+    """Each replica of `partition` asked `method` (by name, at once): its answer, or the name of
+    the error in its place (a replica on a lost node does not answer)."""
+    refs: list[Any] = []
+    for r in range(REPLICAS):
+        try:
+            refs.append(getattr(ray.get_actor(f"{name}.partition.{partition}.{r}", namespace=RAY_NAMESPACE),
+                                method).remote())
+        except Exception as exc:  # noqa: BLE001 - not (yet) made again
+            refs.append(exc)
+    answers: list[Any] = []
+    for ref in refs:
+        try:
+            answers.append(ref if isinstance(ref, Exception) else ray.get(ref, timeout=timeout))
+        except Exception as exc:  # noqa: BLE001 - reported by name
+            answers.append(exc)
+    return [type(a).__name__ if isinstance(a, Exception) else a for a in answers]
+
+
 def replica_states(name: str) -> dict[str, Any]:
-    states = {}
-    for k in range(PARTITIONS):
-        for r in range(REPLICAS):
-            try:
-                handle = ray.get_actor(f"{name}.partition.{k}.{r}", namespace=RAY_NAMESPACE)
-                states[f"{k}.{r}"] = ray.get(handle.replica_state.remote(), timeout=5)
-            except Exception as exc:  # noqa: BLE001 - a replica on the lost node does not answer
-                states[f"{k}.{r}"] = type(exc).__name__
-    return states
+    """Every replica's `replica_state` (or the name of the error it gave), by "partition.replica"."""
+    return {f"{k}.{r}": state for k in range(PARTITIONS)
+            for r, state in enumerate(ask_replicas(name, k, "replica_state"))}
 
 
 def add_labelled(cluster: Cluster, root: Path) -> Any:
@@ -83,22 +105,25 @@ def lose_a_disk(cluster: Cluster, node: Any, ns: rb.Namespace, root: Path, out: 
         out["states_not_in_sync"] = replica_states("rep")
 
 
-def digests_agree(name: str, partition: int) -> bool:
-    """Whether every replica of `partition` holds the same rows (their store digests, at the same
-    position, are equal)."""
-    try:
-        handles = [ray.get_actor(f"{name}.partition.{partition}.{r}", namespace=RAY_NAMESPACE)
-                   for r in range(REPLICAS)]
-        return len(set(ray.get([h.store_digest.remote() for h in handles], timeout=60))) == 1
-    except Exception:  # noqa: BLE001 - a replica not there (yet) holds nothing of the partition
-        return False
+def digests_agree(name: str, partition: int, give_up_s: float = 20.0) -> bool:
+    """Whether every replica of `partition` holds the same rows: their store digests, read once
+    they stand at the same position (housekeeping may commit between two reads), are equal."""
+    deadline = time.monotonic() + give_up_s
+    while True:
+        digests = ask_replicas(name, partition, "store_digest", timeout=60)
+        positions = {d[0] for d in digests if not isinstance(d, str)}
+        if len(positions) == 1 and not any(isinstance(d, str) for d in digests):
+            return len({d[1] for d in digests}) == 1
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.3)
 
 
 def wait_for_repair(name: str, partition: int, give_up_s: float = 90.0) -> float | None:
     """Seconds until every replica of `partition` answers and is in sync again (None: never)."""
     began = time.monotonic()
     while time.monotonic() - began < give_up_s:
-        states = [replica_states(name)[f"{partition}.{r}"] for r in range(REPLICAS)]
+        states = ask_replicas(name, partition, "replica_state")
         leaders = [s for s in states if isinstance(s, dict) and s["leading"] is not None]
         if all(isinstance(s, dict) for s in states) and leaders and \
                 all(lag == 0 for lag in leaders[0]["lag"].values()):
@@ -107,15 +132,57 @@ def wait_for_repair(name: str, partition: int, give_up_s: float = 90.0) -> float
     return None
 
 
+def keyed_sends_after(ns: rb.Namespace, partitions: list[int]) -> dict[int, float | None]:
+    """Send one keyed message to each of `partitions` at once, right after their leaders' node is
+    lost: the seconds each took to be acknowledged (None: it failed)."""
+    def probe(k: int) -> float | None:
+        began = time.monotonic()
+        try:
+            with ns.get_queue_sender("q") as sender:
+                sender.send_messages(rb.Message(f"after-{k}", partition_key=key_for(k)))
+        except Exception:  # noqa: BLE001 - reported as None
+            return None
+        return round(time.monotonic() - began, 2)
+
+    with ThreadPoolExecutor(len(partitions)) as pool:
+        return dict(zip(partitions, pool.map(probe, partitions)))
+
+
+def elected_after(name: str, before: dict[int, int], since: float, give_up_s: float = 30.0) -> dict[int, float | None]:
+    """Seconds from `since` until a replica of each partition of `before` leads a newer epoch than
+    the one there (asked of the replicas every 0.1 s; None: not within `give_up_s`)."""
+    partitions = list(before)
+    took: dict[int, float | None] = {k: None for k in partitions}
+    while time.monotonic() - since < give_up_s and None in took.values():
+        for k in partitions:
+            if took[k] is None and any(isinstance(e, int) and e > before[k]
+                                       for e in ask_replicas(name, k, "leads", timeout=0.5)):
+                took[k] = round(time.monotonic() - since, 2)
+        time.sleep(0.1)
+    return took
+
+
+def available_again(ns: rb.Namespace, since: float, give_up_s: float = 60.0) -> float | None:
+    """Seconds from `since` until the runtime properties of every entity of the load say
+    `Available` (None: not within `give_up_s`)."""
+    watcher = rb.connect(ns.name)  # a handle of its own: `ns` would first flush its receivers' settlements
+    while time.monotonic() - since < give_up_s:
+        try:
+            states = [watcher.get_queue_runtime_properties(q).availability for q in (STAGE, OUTPUT, SESSIONS)]
+            states += [watcher.get_subscription_runtime_properties(TOPIC, s).availability for s in SUBSCRIPTIONS]
+        except Exception:  # noqa: BLE001 - asked again
+            states = []
+        if states and all(state == "Available" for state in states):
+            return round(time.monotonic() - since, 2)
+        time.sleep(0.3)
+    return None
+
+
 def leader_of(name: str, partition: int) -> tuple[int, Any]:
     """The replica leading `partition`, and its actor (asked of the replicas themselves)."""
-    for r in range(REPLICAS):
-        try:
-            handle = ray.get_actor(f"{name}.partition.{partition}.{r}", namespace=RAY_NAMESPACE)
-            if ray.get(handle.leads.remote(), timeout=2) is not None:
-                return r, handle
-        except Exception:  # noqa: BLE001 - a replica on a lost node does not answer
-            continue
+    for r, epoch in enumerate(ask_replicas(name, partition, "leads", timeout=2)):
+        if isinstance(epoch, int):
+            return r, ray.get_actor(f"{name}.partition.{partition}.{r}", namespace=RAY_NAMESPACE)
     raise AssertionError(f"partition {partition} has no leader")
 
 
@@ -170,7 +237,7 @@ def restart_a_follower(ns: rb.Namespace, avoid: int, out: dict[str, Any]) -> lis
     return bodies
 
 
-def scenario(root: Path, with_disk_loss: bool) -> dict[str, Any]:
+def scenario(root: Path) -> dict[str, Any]:
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
     workers = [cluster.add_node(num_cpus=1) for _ in range(2)]
     labelled = add_labelled(cluster, root)
@@ -186,13 +253,20 @@ def scenario(root: Path, with_disk_loss: bool) -> dict[str, Any]:
         ns = rb.start("rep", sku="premium", partitions=PARTITIONS, replicas=REPLICAS, data_dir=str(root / "rep"),
                       gateways=2)
         ns.create_queue("q", lock_duration=__import__("datetime").timedelta(minutes=5))
+        create_entities(ns)
         gateway = ray.get_actor("rep.gateway.0", namespace=RAY_NAMESPACE)
         table = ray.get(gateway.call.remote("routing_table"), timeout=60)
         leader_nodes = ray.get([h.node.remote() for h in table["handles"]], timeout=60)
         out["leader_nodes"] = leader_nodes
-        worker_ids = {w.node_id: w for w in workers}  # unlabelled: their replicas are made again elsewhere
-        victim_partition = next(k for k, node in enumerate(leader_nodes) if node in worker_ids)
-        victim = worker_ids[leader_nodes[victim_partition]]
+        # the victim: the unlabelled worker leading the most partitions (its replicas are made again elsewhere)
+        victim = max(workers, key=lambda w: leader_nodes.count(w.node_id))
+        led = [k for k, node in enumerate(leader_nodes) if node == victim.node_id]
+        out["victim_leads"] = led
+        gateway_nodes = ray.get([ray.get_actor(f"rep.gateway.{g}", namespace=RAY_NAMESPACE).node.remote()
+                                 for g in range(2)], timeout=60)
+        out["gateways_lost"] = [g for g, node in enumerate(gateway_nodes) if node == victim.node_id]
+        out["decider_on_head"] = gateway_nodes[0] == cluster.head_node.node_id
+        victim_partition = led[0]
         key = key_for(victim_partition)
         sent: list[str] = []
         with ns.get_queue_sender("q") as sender:
@@ -206,19 +280,28 @@ def scenario(root: Path, with_disk_loss: bool) -> dict[str, Any]:
         held = receiver.receive_messages(HELD, max_wait_time=10)
         out["held"] = len(held)
         out["held_partitions"] = sorted({m.partition_index for m in held})
+        load = Load(ns, [key_for(k) for k in range(PARTITIONS)])
+        load.start()
+        time.sleep(LOAD_BEFORE_LOSS_S)
         cluster.remove_node(victim)
-        began = time.monotonic()
-        with ns.get_queue_sender("q") as sender:
-            sender.send_messages([rb.Message(f"after-{i}", partition_key=key) for i in range(PER_BATCH)])
-        out["keyed_send_after_loss_s"] = round(time.monotonic() - began, 2)
-        sent += [f"after-{i}" for i in range(PER_BATCH)]
+        lost_at = time.monotonic()
+        availability = ThreadPoolExecutor(1).submit(available_again, ns, lost_at)
+        elections = ThreadPoolExecutor(1).submit(elected_after, "rep", {k: table["epochs"][k] for k in led}, lost_at)
+        out["keyed_send_after_loss_s"] = keyed_sends_after(ns, led)
+        sent += [f"after-{k}" for k in led]
+        time.sleep(max(0.0, LOAD_AFTER_LOSS_S - (time.monotonic() - lost_at)))
+        load.stop_sending()
+        out["load_stopped_s"] = round(time.monotonic() - lost_at, 2)
+        out["elected_after_s"] = elections.result()
         repairing = time.monotonic()
         repaired = [wait_for_repair("rep", k) for k in range(PARTITIONS)]
         out["repaired_s"] = None if None in repaired else round(time.monotonic() - repairing, 2)
+        out["available_again_s"] = availability.result()
+        out["load_drained_s"] = load.drain(give_up_s=90)
+        out["load"] = load.tally.report()
         sent += fence_a_frozen_leader(ns, victim_partition, out)
         sent += restart_a_follower(ns, victim_partition, out)
-        if with_disk_loss:
-            lose_a_disk(cluster, labelled, ns, root, out)
+        lose_a_disk(cluster, labelled, ns, root, out)
         settled = {"completed": 0, "lock_lost": 0}
         for message in held:
             try:
@@ -260,7 +343,7 @@ def scenario(root: Path, with_disk_loss: bool) -> dict[str, Any]:
 
 if __name__ == "__main__":
     try:
-        result = scenario(Path(sys.argv[1]), with_disk_loss="disk" in sys.argv[2:])
+        result = scenario(Path(sys.argv[1]))
     except Exception as exc:  # noqa: BLE001 - reported to the test as JSON
         import traceback
         result = {"error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()[-3000:]}

@@ -142,6 +142,63 @@ def test_a_call_on_a_handle_already_found_dead_did_not_reach_its_partition() -> 
     assert source.replaced == 2
 
 
+class _Answered:
+    """An actor call's object ref that answered `value`."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def future(self) -> concurrent.futures.Future[Any]:
+        answered: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        answered.set_result(self.value)
+        return answered
+
+
+class _StrandedSource:
+    """One partition whose actor answers its first `answers` calls, then has nowhere to run (Ray
+    cannot make it again on its lost node)."""
+
+    def __init__(self, answers: int) -> None:
+        self.calls = 0
+        self.answers = answers
+        self.actor = SimpleNamespace(run=SimpleNamespace(remote=self._run))
+
+    def _run(self, *args: Any) -> Any:
+        self.calls += 1
+        if self.calls <= self.answers:
+            return _Answered([])
+        return _Ref(ActorUnschedulableError("The node specified via NodeAffinitySchedulingStrategy doesn't exist"))
+
+    def handle(self, index: int) -> Any:
+        return self.actor
+
+    async def replace(self, index: int) -> None:
+        pass
+
+    async def refresh(self, index: int) -> None:
+        pass
+
+
+@pytest.mark.parametrize("answered_before", [False, True])
+def test_an_unschedulable_actor_that_ran_before_may_have_run_the_call_under_way(answered_before: bool) -> None:
+    channel = RayChannel(1, _StrandedSource(answers=1 if answered_before else 0))
+
+    async def failures() -> list[PartitionUnavailable]:
+        if answered_before:
+            await channel.call(0, [ListEntities()], 5.0)
+        caught = []
+        for _ in range(2):
+            with pytest.raises(PartitionUnavailable) as failure:
+                await channel.call(0, [ListEntities()], 5.0)
+            caught.append(failure.value)
+        return caught
+
+    first, second = asyncio.run(failures())
+    assert first.reached is answered_before, \
+        "an actor that ran may have run the call before its node went; one that never ran did not"
+    assert not second.reached, "once found dead, Ray sends nothing to it"
+
+
 def test_a_partition_that_answered_with_an_engine_error_gives_that_error() -> None:
     error = MessagingEntityNotFoundError("queue 'q' does not exist", entity="q")
     assert classify_ray_failure(0, _task_error(error)) is error
