@@ -39,8 +39,9 @@ REPAIR_EVERY = 4
 KEEP_DECIDER_S = 2.0
 """How often a gateway that does not decide asks the deciding one for its table."""
 MISSED_CHECKS = 2
-"""Checks in a row a leader may miss (no answer, or not leading) before another is elected: a
-process that hangs (a frozen VM, a cut network) is replaced as one that died."""
+"""Checks in a row a leader may leave unanswered before another is elected: a process that hangs
+(a frozen VM, a cut network) is replaced as one that died. One that answers it does not lead, or
+that Ray reports gone, is replaced at once."""
 
 
 def newest(states: dict[int, dict[str, Any]]) -> int:
@@ -113,8 +114,9 @@ class ReplicaSets:
                 "epochs": list(self.epochs), "replicated": True}
 
     async def watch(self) -> None:
-        """Check every leader each `CHECK_INTERVAL_S`, and elect anew for one that missed
-        `MISSED_CHECKS` in a row, or a partition that has no leader; runs as long as the gateway."""
+        """Check every leader each `CHECK_INTERVAL_S`, and elect anew for one that is gone, that
+        leads no more, or that left `MISSED_CHECKS` in a row unanswered, and for a partition that
+        has no leader; runs as long as the gateway."""
         rounds = 0
         while True:
             await asyncio.sleep(CHECK_INTERVAL_S)
@@ -141,12 +143,15 @@ class ReplicaSets:
             return
         try:
             leading = await asyncio.wait_for(self.replica(index, leader).leads.remote(), CHECK_TIMEOUT_S)
-        except Exception:  # noqa: BLE001 - no answer is a missed check
-            leading = None
-        self._missed[index] = 0 if leading == epoch else self._missed[index] + 1
-        if self._missed[index] >= MISSED_CHECKS and self.leaders[index] == leader:
-            logger.warning("the leader of partition %d of namespace %r (replica %d, epoch %d) missed %d checks; "
-                           "electing another", index, self.config.name, leader, epoch, self._missed[index])
+            missed = 0 if leading == epoch else MISSED_CHECKS  # another epoch's leader, or none: at once
+        except asyncio.TimeoutError:  # a slow answer is a missed check
+            missed = self._missed[index] + 1
+        except Exception:  # noqa: BLE001 - Ray says the process is gone or restarting: it leads no more
+            missed = MISSED_CHECKS
+        self._missed[index] = missed
+        if missed >= MISSED_CHECKS and self.leaders[index] == leader:
+            logger.warning("the leader of partition %d of namespace %r (replica %d, epoch %d) is gone, leads no more "
+                           "or does not answer; electing another", index, self.config.name, leader, epoch)
             self._missed[index] = 0
             await self.elect(index, deposing=leader)
 

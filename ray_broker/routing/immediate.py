@@ -29,13 +29,14 @@ def send_now(router: Router, entity: str, envelopes: list[dict[str, Any]], timeo
              producer: tuple[str, int] | None) -> list[int | None] | None:
     """`router`'s send in one partition call on this thread, when it takes one: a tagged batch
     whose entity's definition is cached, bound for one partition that is available. Returns the
-    sequence numbers, or None when the send is to go through the router's loop (retried there
-    under the same tag if this call may have reached the partition and its reply was lost; sent
-    elsewhere first if it cannot have)."""
+    sequence numbers, or None when the send is to go through the router's loop (an unkeyed batch
+    this call may have stored is settled there on this partition first, under the same tag:
+    `Sends.doubt`; one it cannot have reached may go elsewhere at once)."""
     definition = router.definitions.cached(entity)
     if definition is None or producer is None:
         return None
-    single = router.sends.plan(definition, [(envelopes, producer)]).single()
+    plan = router.sends.plan(definition, [(envelopes, producer)])
+    single = plan.single()
     if single is None:
         return None
     k, call, indexes = single
@@ -46,6 +47,8 @@ def send_now(router: Router, entity: str, envelopes: list[dict[str, Any]], timeo
     if isinstance(outcome, PartitionUnavailable):
         if not outcome.reached:
             health.failed(k, router.reach.clock())
+        elif plan.unkeyed and plan.unkeyed[0].tag is not None:
+            router.sends.doubt(plan.unkeyed[0].tag, k)
         return None
     if isinstance(outcome, BaseException):
         raise outcome

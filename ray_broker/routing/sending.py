@@ -21,6 +21,9 @@ from .rounds import SendPlan, UnkeyedPart, place, plan_send
 
 logger = logging.getLogger("ray_broker.sending")
 
+MAX_DOUBTS = 1024
+"""How many batches in doubt a router remembers (see `Sends.doubt`)."""
+
 UNKEYED_SETTLE_S = 10.0
 """How long an unkeyed tagged batch keeps to a partition that failed with it, maybe having stored
 it, before moving on; a partition failing longer is taken as away (its node likely lost, not
@@ -45,12 +48,23 @@ class Sends:
         self._hints = hints
         self._sku = sku
         self._spread = spread
+        self._doubts: dict[tuple[str, int], int] = {}
+        """Unkeyed batches (by tag) that a call on the caller's thread (`immediate.send_now`) may
+        have stored on a partition that then failed, and which partition: see `doubt`."""
 
     def plan(self, definition: dict[str, Any],
              batches: Sequence[tuple[list[dict[str, Any]], tuple[str, int] | None]]) -> SendPlan:
         """`rounds.plan_send` for this namespace: every batch checked, then placed."""
         return plan_send(definition, batches, self._sku.max_message_bytes, self._sku.name, self._reach.count,
                          self._spread)
+
+    def doubt(self, tag: tuple[str, int], k: int) -> None:
+        """A call with the unkeyed batch tagged `tag` may have reached partition `k` before it
+        failed: the router's send of that batch settles it on `k` first (`_settle_doubt`), however
+        its own first call there fails."""
+        self._doubts[tag] = k
+        if len(self._doubts) > MAX_DOUBTS:  # sends that timed out before the loop took them
+            del self._doubts[next(iter(self._doubts))]
 
     def place(self, result: list[int | None], indexes: list[int], seqs: Sequence[int | None], entity: str,
               k: int) -> None:
@@ -106,6 +120,15 @@ class Sends:
         reach, count = self._reach, self._reach.count
         call = plan.unkeyed_call(part)
         doubted = False
+        reached = self._doubts.pop(part.tag, None) if part.tag is not None else None
+        if reached is not None:
+            doubted = True
+            seqs = await self._settle_doubt(reached, call, deadline)
+            if seqs is not None:
+                self.place(result, part.indexes, seqs, plan.entity, reached)
+                return
+            logger.warning("partition %d of %r stayed unavailable after a send that may have reached it; the batch "
+                           "goes to another partition, where it may be stored a second time", reached, plan.entity)
         while True:
             order = reach.health.order([(part.start + j) % count for j in range(count)], reach.clock())
             for k in order:

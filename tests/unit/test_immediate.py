@@ -2,6 +2,7 @@
 stub channel: what one round serves, and what it hands back to the router untouched or in part."""
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -72,6 +73,22 @@ async def test_a_retry_through_the_router_after_a_lost_reply_stores_nothing_twic
     seqs = await setup.router.sends.send("q", batch, 5.0, TAG)
     assert setup.counts() == [3 if k == start else 0 for k in range(PARTITIONS)]
     assert sorted(seqs) == seqs and len(set(seqs)) == 3  # type: ignore[type-var]
+
+
+async def test_a_batch_handed_back_after_a_call_that_may_have_stored_it_is_settled_on_that_partition_first() -> None:
+    setup = await ready(Setup())
+    start = spread_start(TAG, PARTITIONS)
+    setup.channel.lost_replies.add(start)
+    batch = envelopes(*[Message(str(i)) for i in range(3)])
+    assert send_now(setup.router, "q", batch, 5.0, TAG) is None, "stored, but the reply was lost"
+    setup.channel.unreachable.add(start)  # then its actor is found gone: Ray refuses calls unsent
+    sending = asyncio.ensure_future(setup.router.sends.send("q", batch, 30.0, TAG))
+    for _ in range(20):
+        await asyncio.sleep(0)
+    setup.channel.unreachable.discard(start)  # its replacement (a new leader) holds the batch
+    seqs = await sending
+    assert setup.counts() == [3 if k == start else 0 for k in range(PARTITIONS)], "stored once, where it went first"
+    assert all(partition_of(seq) == start for seq in seqs if seq is not None)
 
 
 async def test_sends_it_cannot_make_in_one_call_are_handed_back_untouched() -> None:
