@@ -9,12 +9,14 @@ import ray_broker.errors as errors
 from ray_broker.config import (
     MAX_REPLICAS,
     NamespaceConfig,
+    amqp_frontend_actor_name,
     gateway_actor_name,
     partition_actor_name,
     replica_actor_name,
 )
 from ray_broker.errors import ServiceBusError
 
+from .amqp_frontend import amqp_frontend
 from .gateway_actor import gateway_actor
 from .handles import find_actor, partition_actor
 
@@ -23,7 +25,9 @@ def deploy(config: NamespaceConfig, timeout: float = 120.0) -> None:
     """Create every partition and gateway of a namespace and wait until all answer.
 
     A partition that fails to start (its store held by another process) fails the whole start:
-    every actor created here is removed again and the partition's typed error is raised.
+    every actor created here is removed again and the partition's typed error is raised. With an
+    `amqp_port`, the AMQP front end starts last, once the namespace answers; a port it cannot
+    listen on fails the start the same way.
     """
     handles = [partition_actor(config, k, r) for k in range(config.partition_count) for r in range(config.replicas)]
     gateways = [gateway_actor(config, i) for i in range(config.gateways)]
@@ -31,9 +35,15 @@ def deploy(config: NamespaceConfig, timeout: float = 120.0) -> None:
         ray.get([h.pid.remote() for h in handles] + [g.pid.remote() for g in gateways], timeout=timeout)
         if config.replicated:
             ray.get([g.call.remote("routing_table") for g in gateways], timeout=timeout)
+        if config.amqp_port is not None:
+            ray.get(amqp_frontend(config).serve.remote(), timeout=timeout)
     except ray.exceptions.ActorDiedError as exc:
         teardown(config.name, config.partition_count, config.gateways, config.replicas)
         raise creation_failure(exc) or exc from None
+    except OSError as exc:
+        teardown(config.name, config.partition_count, config.gateways, config.replicas)
+        raise errors.InvalidOperationError(f"the AMQP front end cannot listen on port {config.amqp_port}: {exc}; "
+                                           "pick a free port", entity=config.name) from None
 
 
 def creation_failure(exc: BaseException) -> ServiceBusError | None:
@@ -54,6 +64,7 @@ def creation_failure(exc: BaseException) -> ServiceBusError | None:
 def teardown(name: str, partition_count: int | None, gateways: int | None, replicas: int | None = None) -> None:
     """Kill a namespace's actors (without restart); their stores stay on disk. Counts not known
     (None) are found by name: up to the first index with no actor."""
+    _kill(lambda i: amqp_frontend_actor_name(name, i), None)
     _kill(lambda i: gateway_actor_name(name, i), gateways)
     _kill(lambda k: partition_actor_name(name, k), partition_count)
     for r in range(MAX_REPLICAS if replicas is None else replicas if replicas > 1 else 0):

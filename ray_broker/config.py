@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from . import codec
+from .amqp.sas import SasKey, root_keys
 from .engine.store import DURABILITY_MODES
 from .errors import InvalidArgumentError, InvalidOperationError, UnauthorizedError
 from .sku import Sku, get_sku, partition_count_for
@@ -38,6 +39,11 @@ def gateway_actor_name(namespace: str, index: int) -> str:
     return f"{namespace}.gateway.{index}"
 
 
+def amqp_frontend_actor_name(namespace: str, index: int) -> str:
+    """The Ray actor name of AMQP front end `index` of namespace `namespace`."""
+    return f"{namespace}.amqp.{index}"
+
+
 @dataclass(frozen=True)
 class NamespaceConfig:
     """What a namespace is: fixed at creation, shared by every actor and client of it."""
@@ -59,6 +65,19 @@ class NamespaceConfig:
     replicas: int = 1
     """Copies of every partition, each an actor with a store of its own on a node of its own; with
     more than one, one leads and the others follow (see `replica_name`, `slot`)."""
+    amqp_port: int | None = None
+    """The port the AMQP 1.0 front end serves the Azure SDKs on, or None for no front end."""
+    sas_keys: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
+    """The namespace's shared access keys, `(name, key, rights)`, which SAS tokens (the Azure
+    SDKs' connection strings) are signed with; made at creation and kept with the stores."""
+
+    def shared_access_keys(self) -> tuple[SasKey, ...]:
+        """The namespace's shared access keys."""
+        return tuple(SasKey(name, key, tuple(rights)) for name, key, rights in self.sas_keys)
+
+    def amqp_frontend_name(self, index: int = 0) -> str:
+        """The Ray actor name of AMQP front end `index`."""
+        return amqp_frontend_actor_name(self.name, index)
 
     @property
     def replicated(self) -> bool:
@@ -232,10 +251,13 @@ def store_directory(name: str, data_dir: str | None) -> str:
 
 
 def check_start_options(name: str, *, sku: str, partitions: int | None, gateways: int,
-                        durability: str, replicas: int = 1) -> tuple[Sku, int]:
+                        durability: str, replicas: int = 1, amqp_port: int | None = None) -> tuple[Sku, int]:
     """Validate `start` arguments on their own, before anything starts: the tier and the partition
     count they give."""
     check_namespace_name(name)
+    if amqp_port is not None and (isinstance(amqp_port, bool) or not isinstance(amqp_port, int)
+                                  or not 1 <= amqp_port <= 65535):
+        raise InvalidArgumentError(f"amqp_port must be None or a port number from 1 to 65535, got {amqp_port!r}")
     if isinstance(replicas, bool) or not isinstance(replicas, int) or not 1 <= replicas <= MAX_REPLICAS:
         raise InvalidArgumentError(f"replicas must be an int from 1 to {MAX_REPLICAS}, got {replicas!r}")
     tier = get_sku(sku)
@@ -261,16 +283,18 @@ def stored_config_for(name: str, tier: Sku, count: int, directory: str) -> Names
 
 def plan_config(name: str, *, sku: str, partitions: int | None, data_dir: str | None, gateways: int,
                 durability: str, nodes: list[tuple[str, str | None]], local_node: str,
-                auth_token_hash: str | None = None, replicas: int = 1) -> NamespaceConfig:
+                auth_token_hash: str | None = None, replicas: int = 1,
+                amqp_port: int | None = None) -> NamespaceConfig:
     """Validate `start` arguments, reconcile them with a configuration already on disk (read only)
     and place the partitions; `nodes` are the cluster's alive nodes (`(node_id, store label)`),
     `local_node` the id of the one starting the namespace.
 
     With several `replicas`, every replica is placed (`slot` order), those of a partition on
     distinct nodes (distinct store labels where nodes have them), in memory and on shared storage
-    too; more replicas than such nodes is refused."""
+    too; more replicas than such nodes is refused. The shared access keys are those stored, else
+    new ones (`RootManageSharedAccessKey`)."""
     tier, count = check_start_options(name, sku=sku, partitions=partitions, gateways=gateways, durability=durability,
-                                      replicas=replicas)
+                                      replicas=replicas, amqp_port=amqp_port)
     threads = GROUP_COMMIT_THREADS if os.environ.get(GROUP_COMMIT_ENV, "").lower() == "on" else 1
     directory = None if durability == "memory" else store_directory(name, data_dir)
     stored = None if directory is None else stored_config_for(name, tier, count, directory)
@@ -286,8 +310,10 @@ def plan_config(name: str, *, sku: str, partitions: int | None, data_dir: str | 
         placement = None
     else:
         placement = place_partitions(count, nodes, local_node, None if stored is None else stored.placement)
+    keys = stored.sas_keys if stored is not None and stored.sas_keys else \
+        tuple((k.name, k.key, k.rights) for k in root_keys())
     return NamespaceConfig(name, tier.name, count, directory, durability, gateways, placement, auth_token_hash,
-                           threads, replicas)
+                           threads, replicas, amqp_port, keys)
 
 
 def check_replica_nodes(replicas: int, nodes: list[tuple[str, str | None]]) -> None:
@@ -319,4 +345,5 @@ def load_config(directory: str) -> NamespaceConfig | None:
     stored.pop("node_id", None)  # written before partitions were placed one by one
     placement = stored.get("placement")
     stored["placement"] = None if placement is None else tuple(placement)
+    stored["sas_keys"] = tuple((name, key, tuple(rights)) for name, key, rights in stored.get("sas_keys", ()))
     return NamespaceConfig(**stored)

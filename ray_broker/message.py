@@ -302,6 +302,13 @@ class ReceivedMessage:
         return self.subject  # type: ignore[no-any-return]
 
     @property
+    def body_kind(self) -> str:
+        """How an AMQP sender (through the namespace's AMQP front end) encoded the body: "data"
+        (the body is its bytes, as for every message sent by this client), or "value" or
+        "sequence" (the body holds the encoded AMQP section, and goes out again as it came)."""
+        return str(self._wire.get("body_kind", "data"))
+
+    @property
     def application_properties(self) -> dict[str, Any]:
         """The sender's application properties."""
         if self._properties is None:

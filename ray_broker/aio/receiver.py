@@ -145,6 +145,12 @@ class Receiver(ReceiverBase, Closing):
         """Set the message aside; only `receive_deferred_messages` can get it again."""
         await self._settlement(message, "defer", transaction)
 
+    async def release_message(self, message: ReceivedMessage) -> None:
+        """Unlock a message that was never handed on (the AMQP `released` outcome, which the Azure
+        SDKs send for prefetched messages when a receiver closes): it can be received again at
+        once, and this delivery does not count."""
+        await self._settlement(message, "release", None)
+
     async def dead_letter_message(self, message: ReceivedMessage, reason: str | None = None,
                                   error_description: str | None = None, *, transaction: Any = None) -> None:
         """Move the message to the dead-letter sub-queue with a reason and description."""

@@ -65,6 +65,7 @@ def _options(
 app.command()(namespaces.start)
 app.command()(namespaces.stop)
 app.command()(namespaces.status)
+app.command(name="connection-string")(namespaces.connection_string)
 app.add_typer(entities.queue_app, name="queue")
 app.add_typer(entities.topic_app, name="topic")
 app.add_typer(entities.subscription_app, name="subscription")

@@ -7,6 +7,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
+from ..amqp.sas import ROOT_KEY_NAME
 from ..errors import InvalidOperationError
 from . import output
 from .options import DEFAULT_NAMESPACE, AddressOption, NamespaceOption, attach
@@ -20,6 +21,10 @@ from .status import (
     partition_statuses,
     survey_replicas,
 )
+
+
+DEFAULT_AMQP_PORT = 5672
+"""The AMQP port `--amqp` serves on, as Service Bus and its emulator do."""
 
 
 class SkuChoice(str, Enum):
@@ -53,6 +58,11 @@ def start(
                            "[default: 1]")] = None,
     port: Annotated[Optional[int], typer.Option(
         min=1, max=65535, help="Port of the Ray head this command starts when no cluster runs.")] = None,
+    amqp: Annotated[bool, typer.Option(
+        "--amqp", help="Also serve AMQP 1.0 so the Azure Service Bus SDKs reach the namespace "
+                       "(`ray-broker connection-string` prints what they need).")] = False,
+    amqp_port: Annotated[Optional[int], typer.Option(
+        min=1, max=65535, help=f"The AMQP port (implies --amqp).  [default: {DEFAULT_AMQP_PORT}]")] = None,
 ) -> None:
     """Start a namespace on the Ray cluster (starting a Ray head if none runs); it outlives this command.
 
@@ -66,11 +76,12 @@ def start(
     from ..config import check_replica_nodes, check_start_options, store_directory, stored_config_for
     from ..ray_head import start_head
 
+    serve_amqp = amqp_port if amqp_port is not None else DEFAULT_AMQP_PORT if amqp else None
     wanted = {"sku": sku and sku.value, "partition_count": partitions, "data_dir": data_dir, "gateways": gateways,
-              "durability": durability and durability.value, "replicas": replicas}
+              "durability": durability and durability.value, "replicas": replicas, "amqp_port": serve_amqp}
     tier, count = check_start_options(namespace, sku=wanted["sku"] or "standard", partitions=partitions,
                                       gateways=gateways or 1, durability=wanted["durability"] or "normal",
-                                      replicas=replicas or 1)
+                                      replicas=replicas or 1, amqp_port=serve_amqp)
     target = cluster_address(address)
     if target is None:
         if wanted["durability"] != "memory":
@@ -85,16 +96,18 @@ def start(
         _check_unchanged(running, {k: v for k, v in wanted.items() if v is not None})
     config = rb.start(namespace, sku=wanted["sku"] or "standard", partitions=partitions, data_dir=data_dir,
                       gateways=gateways or 1, durability=wanted["durability"] or "normal",
-                      replicas=replicas or 1).config
+                      replicas=replicas or 1, amqp_port=serve_amqp).config
     verb = "running" if running is None else "already running"
     output.out(f"namespace {config.name!r} {verb} on {ray.get_runtime_context().gcs_address}: sku={config.sku}, "
                f"{config.partition_count} partitions{f' x {config.replicas} replicas' if config.replicated else ''}, "
                f"{config.gateways} gateway(s), "
-               f"durability={config.durability}, data_dir={config.data_dir or '-'}")
+               f"durability={config.durability}, data_dir={config.data_dir or '-'}"
+               + (f", AMQP on port {config.amqp_port} (`ray-broker connection-string -n {config.name}`)"
+                  if config.amqp_port is not None else ""))
 
 
 _OPTION_OF = {"sku": "--sku", "partition_count": "--partitions", "data_dir": "--data-dir", "gateways": "--gateways",
-              "durability": "--durability", "replicas": "--replicas"}
+              "durability": "--durability", "replicas": "--replicas", "amqp_port": "--amqp-port"}
 
 
 def _check_unchanged(running: Any, wanted: dict[str, Any]) -> None:
@@ -151,6 +164,26 @@ def stop(
             output.out(f"Ray head at {head.address} (pid {head.pid}) stopped; other Ray clusters left running")
     if failure is not None:
         raise failure
+
+
+def connection_string(
+    namespace: NamespaceOption = DEFAULT_NAMESPACE,
+    address: AddressOption = None,
+    host: Annotated[str, typer.Option(help="The host name the SDKs reach the front end by.")] = "localhost",
+    key_name: Annotated[str, typer.Option(help="The shared access key to sign with.")] = ROOT_KEY_NAME,
+) -> None:
+    """Print the connection string the Azure Service Bus SDKs take for a namespace started with --amqp."""
+    from ..amqp.connection_string import connection_string as amqp_connection_string
+
+    config = attach(namespace, address).config
+    if config.amqp_port is None:
+        raise InvalidOperationError(f"namespace {namespace!r} serves no AMQP: start it with `ray-broker start -n "
+                                    f"{namespace} --amqp` (stop it first if it runs)", entity=namespace)
+    key = next((k for k in config.shared_access_keys() if k.name == key_name), None)
+    if key is None:
+        raise InvalidOperationError(f"namespace {namespace!r} has no shared access key named {key_name!r}; it has "
+                                    + ", ".join(k.name for k in config.shared_access_keys()), entity=namespace)
+    output.out(amqp_connection_string(host, config.amqp_port, key))
 
 
 def _deletion(namespace: str, deleted: str | None) -> str:

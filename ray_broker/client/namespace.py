@@ -36,7 +36,7 @@ T = TypeVar("T")
 
 def start(name: str, *, sku: str = "standard", partitions: int | None = None, data_dir: str | None = None,
           gateways: int = 1, durability: str = "normal", address: str | None = None,
-          auth_token: str | None = None, replicas: int = 1) -> Namespace:
+          auth_token: str | None = None, replicas: int = 1, amqp_port: int | None = None) -> Namespace:
     """Start a namespace (or return the running one of that name): its partitions and gateways.
 
     Joins the Ray cluster that `address`, `RAY_ADDRESS` or this machine's `ray start` head names,
@@ -45,11 +45,13 @@ def start(name: str, *, sku: str = "standard", partitions: int | None = None, da
     `auth_token` (or `$RAY_BROKER_AUTH_TOKEN`), every client must present that token to connect
     (`UnauthorizedError` otherwise), a later `start` of the running namespace included. With
     `replicas` > 1, every partition is that many copies on distinct nodes, and an acknowledged
-    operation survives the loss of a node (README, "Replication").
+    operation survives the loss of a node (README, "Replication"). With `amqp_port`, the namespace
+    also serves AMQP 1.0 on that port of this node, so the Azure Service Bus SDKs reach it with a
+    connection string (README, "Use the Azure SDKs"; needs the `amqp` extra).
     """
     return Namespace(start_namespace(name, sku=sku, partitions=partitions, data_dir=data_dir, gateways=gateways,
                                      durability=durability, address=address, auth_token=auth_token,
-                                     replicas=replicas))
+                                     replicas=replicas, amqp_port=amqp_port))
 
 
 def connect(name: str, *, address: str | None = None, auth_token: str | None = None) -> Namespace:

@@ -1,0 +1,188 @@
+"""The async `Namespace` handle: management calls and the senders and receivers it makes."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from ..client import management
+from ..client.direct import open_link
+from ..client.flow import Flow, run_async
+from ..client.handle import NamespaceBase
+from ..config import NamespaceConfig
+from ..entities import (
+    QueueProperties,
+    QueueRuntimeProperties,
+    SubscriptionProperties,
+    SubscriptionRuntimeProperties,
+    TopicProperties,
+    TopicRuntimeProperties,
+    check_entity_name,
+    check_subscription_name,
+)
+from ..filters import RuleProperties, TrueFilter
+from .closing import Closing
+from .paging import ItemList
+from .receiver import Receiver
+from .sender import Sender
+from .transaction import Transaction
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from ..client.management import QueueOptions, SubscriptionOptions, TopicOptions
+
+T = TypeVar("T")
+
+
+class Namespace(NamespaceBase[Sender, Receiver, Transaction], Closing):
+    """A handle to a running namespace for asyncio code; picklable, and interchangeable with a
+    `ray_broker.Namespace` of the same name (`rba.Namespace(sync_ns.config)` and back).
+
+    Its calls run on the caller's event loop (the data path through a router of that loop);
+    `async with ns` / `await ns.close()` closes the senders and receivers it made.
+
+    Example:
+        ns = await rba.connect("demo")
+        await ns.create_queue("orders", enable_partitioning=True)
+        async with ns.get_queue_sender("orders") as sender:
+            await sender.send_messages(rb.Message("hello"))
+    """
+
+    sender_class = Sender
+    receiver_class = Receiver
+    transaction_class = Transaction
+
+    def __init__(self, config: NamespaceConfig, gateway_index: int | None = None, *, relay: bool = False) -> None:
+        super().__init__(config, open_link(config, gateway_index, relay=relay), relay=relay)
+
+    async def close(self) -> None:
+        """Close every sender and receiver this handle made; the namespace keeps running, and the
+        handle makes new senders and receivers again when asked. Idempotent.
+
+        Every client is closed even when one fails; the first failure is raised afterwards.
+        """
+        first_error: Exception | None = None
+        for client in self._take_clients():
+            try:
+                await client.close()
+            except Exception as exc:  # noqa: BLE001 - the other clients are still closed; raised below
+                first_error = first_error or exc
+        if first_error is not None:
+            raise first_error
+
+    async def _run(self, flow: Flow[T]) -> T:
+        return await run_async(self._link, flow)
+
+    # ------------------------------------------------------------------ queues
+
+    async def create_queue(self, queue_name: str, **options: Unpack[QueueOptions]) -> QueueProperties:
+        """Create a queue; the keywords, their defaults and checks are those of `rb.Namespace.create_queue`."""
+        return await self._run(management.create_queue(self.sku, queue_name, options))
+
+    async def get_queue(self, queue_name: str) -> QueueProperties:
+        """A queue's settings."""
+        return await self._run(management.get_queue(self.sku, queue_name))
+
+    async def update_queue(self, properties_or_name: QueueProperties | str, **changes: Any) -> QueueProperties:
+        """Change a queue's settings, as `rb.Namespace.update_queue` does."""
+        return await self._run(management.update_queue(self.sku, properties_or_name, changes))
+
+    async def delete_queue(self, queue_name: str) -> None:
+        """Delete a queue and every message in it."""
+        await self._run(management.delete_queue(queue_name))
+
+    def list_queues(self) -> ItemList[QueueProperties]:
+        """Every queue, in name order: `async for q in ns.list_queues()`, or `await` it for a list."""
+        return ItemList(lambda: self._run(management.list_queues(self.sku)))
+
+    async def get_queue_runtime_properties(self, queue_name: str) -> QueueRuntimeProperties:
+        """A queue's message counts, summed over partitions, including the settlements this
+        handle's receivers still hold (sent first)."""
+        for receiver in self._open_receivers():
+            await receiver._flush_pending()
+        return await self._run(management.queue_runtime_properties(queue_name))
+
+    # ------------------------------------------------------------------ topics
+
+    async def create_topic(self, topic_name: str, **options: Unpack[TopicOptions]) -> TopicProperties:
+        """Create a topic; the keywords, their defaults and checks are those of `rb.Namespace.create_topic`."""
+        return await self._run(management.create_topic(self.sku, topic_name, options))
+
+    async def get_topic(self, topic_name: str) -> TopicProperties:
+        """A topic's settings."""
+        return await self._run(management.get_topic(self.sku, topic_name))
+
+    async def update_topic(self, properties_or_name: TopicProperties | str, **changes: Any) -> TopicProperties:
+        """Change a topic's settings, as `rb.Namespace.update_topic` does."""
+        return await self._run(management.update_topic(self.sku, properties_or_name, changes))
+
+    async def delete_topic(self, topic_name: str) -> None:
+        """Delete a topic, its subscriptions and every message in them."""
+        check_entity_name(topic_name, "topic")
+        await self._run(management.delete_entity(topic_name, "topic"))
+
+    def list_topics(self) -> ItemList[TopicProperties]:
+        """Every topic, in name order: `async for`, or `await` it for a list."""
+        return ItemList(lambda: self._run(management.list_topics(self.sku)))
+
+    async def get_topic_runtime_properties(self, topic_name: str) -> TopicRuntimeProperties:
+        """A topic's scheduled messages, stored bytes (each message once) and subscription count."""
+        return await self._run(management.topic_runtime_properties(topic_name))
+
+    # ------------------------------------------------------------------ subscriptions
+
+    async def create_subscription(self, topic_name: str, subscription_name: str, *, rule: Any = None,
+                                  **options: Unpack[SubscriptionOptions]) -> SubscriptionProperties:
+        """Create a subscription; the keywords are those of `rb.Namespace.create_subscription`."""
+        return await self._run(management.create_subscription(topic_name, subscription_name, options, rule))
+
+    async def get_subscription(self, topic_name: str, subscription_name: str) -> SubscriptionProperties:
+        """A subscription's settings."""
+        return await self._run(management.get_subscription(topic_name, subscription_name))
+
+    async def update_subscription(self, topic_name: str, properties_or_name: SubscriptionProperties | str,
+                                  **changes: Any) -> SubscriptionProperties:
+        """Change a subscription's settings (`requires_session` cannot change)."""
+        return await self._run(management.update_subscription(topic_name, properties_or_name, changes))
+
+    async def delete_subscription(self, topic_name: str, subscription_name: str) -> None:
+        """Delete a subscription and every message in it."""
+        await self._run(management.delete_subscription(topic_name, subscription_name))
+
+    def list_subscriptions(self, topic_name: str) -> ItemList[SubscriptionProperties]:
+        """Every subscription of a topic, in name order: `async for`, or `await` it for a list."""
+        check_entity_name(topic_name, "topic")
+        return ItemList(lambda: self._run(management.list_subscriptions(topic_name)))
+
+    async def get_subscription_runtime_properties(self, topic_name: str,
+                                                  subscription_name: str) -> SubscriptionRuntimeProperties:
+        """A subscription's message counts, summed over partitions, including the settlements this
+        handle's receivers still hold (sent first)."""
+        for receiver in self._open_receivers():
+            await receiver._flush_pending()
+        return await self._run(management.subscription_runtime_properties(topic_name, subscription_name))
+
+    # ------------------------------------------------------------------ rules
+
+    async def create_rule(self, topic_name: str, subscription_name: str, rule_name: str, *, filter: Any = None,
+                          action: Any = None) -> RuleProperties:
+        """Add a rule to a subscription, as `rb.Namespace.create_rule` does."""
+        return await self._run(management.create_rule(topic_name, subscription_name, rule_name,
+                                                       TrueFilter() if filter is None else filter, action))
+
+    async def get_rule(self, topic_name: str, subscription_name: str, rule_name: str) -> RuleProperties:
+        """One rule of a subscription."""
+        return await self._run(management.get_rule(topic_name, subscription_name, rule_name))
+
+    async def update_rule(self, topic_name: str, subscription_name: str, rule: RuleProperties) -> None:
+        """Replace the filter and action of a subscription's rule, as `rb.Namespace.update_rule` does."""
+        await self._run(management.update_rule(topic_name, subscription_name, rule))
+
+    async def delete_rule(self, topic_name: str, subscription_name: str, rule_name: str) -> None:
+        """Remove a rule from a subscription."""
+        await self._run(management.delete_rule(topic_name, subscription_name, rule_name))
+
+    def list_rules(self, topic_name: str, subscription_name: str) -> ItemList[RuleProperties]:
+        """A subscription's rules: `async for`, or `await` it for a list."""
+        check_entity_name(topic_name, "topic")
+        check_subscription_name(subscription_name)
+        return ItemList(lambda: self._run(management.list_rules(topic_name, subscription_name)))

@@ -1,0 +1,199 @@
+"""An entity's `$management` node on one AMQP connection: the request/response operations the
+Azure SDKs send there, answered through the namespace's async client.
+
+Operations (`operation` application property; request and response bodies are AMQP maps):
+- `com.microsoft:peek-message` (`from-sequence-number`, `message-count`) -> `messages`; 204 when none;
+- `com.microsoft:renew-lock` (`lock-tokens`) -> `expirations`, for locks this connection holds;
+- `com.microsoft:receive-by-sequence-number` (`sequence-numbers`) -> `messages` with `lock-token`
+  (peek-lock; deferred messages);
+- `com.microsoft:update-disposition` (`disposition-status` completed/abandoned/defered/suspended,
+  `lock-tokens`, `deadletter-reason`, `deadletter-description`);
+- `com.microsoft:schedule-message` (`messages`, each an encoded `message`) -> `sequence-numbers`;
+- `com.microsoft:cancel-scheduled-message` (`sequence-numbers`);
+- `com.microsoft:get-session-state`, `set-session-state` (`session-id`, `session-state`) and
+  `renew-session-lock` (`session-id`) -> `expiration`, for sessions a receiver of this connection holds.
+Responses carry `statusCode`, `statusDescription` and, on failure, `errorCondition`.
+"""
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any, Mapping, Protocol
+
+from proton import Delivery, Message, timestamp
+
+from ..errors import InvalidArgumentError, MessageLockLostError
+from .conditions import error_condition, status_code
+from .mapping import encode_received, split_sections, wire_envelope
+from .paths import EntityAddress
+from .sas import LISTEN, SEND
+
+if TYPE_CHECKING:
+    from ..aio.handle import Namespace
+    from ..aio.receiver import Receiver, ReceiverSession
+    from ..aio.sender import Sender
+    from ..message import ReceivedMessage
+
+
+class Host(Protocol):
+    """What a management node needs of its connection (`connection.AmqpConnection`)."""
+
+    namespace: Namespace
+    locked: dict[uuid.UUID, tuple[Receiver, ReceivedMessage]]
+
+    def authorize(self, target: EntityAddress, right: str) -> None: ...
+
+    def held_session(self, session_id: str) -> ReceiverSession: ...
+
+    def respond(self, request_link: Any, response: Message) -> None: ...
+
+    async def settle(self, receiver: Receiver, message: ReceivedMessage, action: str, reason: str | None = None,
+                     description: str | None = None, *, confirm: bool = True) -> None: ...
+
+VENDOR = "com.microsoft:"
+_DISPOSITIONS = {"completed": "complete", "abandoned": "abandon", "defered": "defer", "deferred": "defer",
+                 "suspended": "dead_letter"}
+
+
+class ManagementNode:
+    """The `$management` node of one entity on one connection: a broker receiver (made on first
+    use) for peeking, deferred messages and dispositions, and a sender for scheduling."""
+
+    def __init__(self, connection: Host, target: EntityAddress) -> None:
+        self._connection = connection
+        self._target = target
+        self._receiver: Receiver | None = None
+        self._sender: Sender | None = None
+
+    async def close(self) -> None:
+        """Close the broker receiver and sender this node made."""
+        if self._receiver is not None:
+            await self._receiver.close()
+        if self._sender is not None:
+            await self._sender.close()
+
+    async def _opened_receiver(self) -> Receiver:
+        if self._receiver is None:
+            self._receiver = self._connection.namespace.get_queue_receiver(self._target.receive_path)
+            await self._receiver.__aenter__()
+        return self._receiver
+
+    async def request(self, delivery: Delivery, payload: bytes) -> None:
+        """Answer one request delivered on the node's request link."""
+        link = delivery.link
+        request = Message()
+        try:
+            request.decode(payload)
+            operation = str((request.properties or {}).get("operation", ""))
+            body = request.body if isinstance(request.body, Mapping) else {}
+            result = await self._operate(operation, {str(k): v for k, v in body.items()})
+            status, description, condition = (200 if result is not None else 204), "OK", None
+        except Exception as exc:  # noqa: BLE001 - every failure is answered
+            result, status, description = None, status_code(exc), str(exc)
+            condition = error_condition(exc).name
+        if not delivery.settled:
+            delivery.update(Delivery.ACCEPTED)
+            delivery.settle()
+        properties: dict[str, Any] = {"statusCode": status, "statusDescription": description}
+        if condition is not None:
+            properties["errorCondition"] = condition
+        self._connection.respond(link, Message(body=result, correlation_id=request.id, properties=properties))
+
+    async def _operate(self, operation: str, body: dict[str, Any]) -> dict[str, Any] | None:
+        name = operation.removeprefix(VENDOR)
+        handlers = {"peek-message": (LISTEN, self._peek), "renew-lock": (LISTEN, self._renew),
+                    "receive-by-sequence-number": (LISTEN, self._receive_deferred),
+                    "update-disposition": (LISTEN, self._dispose),
+                    "schedule-message": (SEND, self._schedule), "cancel-scheduled-message": (SEND, self._cancel),
+                    "get-session-state": (LISTEN, self._get_state), "set-session-state": (LISTEN, self._set_state),
+                    "renew-session-lock": (LISTEN, self._renew_session)}
+        if name not in handlers:
+            raise InvalidArgumentError(f"$management operation {operation!r} is not supported by this front end")
+        right, handler = handlers[name]
+        self._connection.authorize(self._target, right)
+        return await handler(body)  # type: ignore[no-any-return]
+
+    async def _peek(self, body: dict[str, Any]) -> dict[str, Any] | None:
+        receiver = await self._opened_receiver()
+        start = int(body.get("from-sequence-number") or 0)
+        messages = await receiver.peek_messages(int(body.get("message-count") or 1), sequence_number=start)
+        if not messages:
+            return None
+        return {"messages": [{"message": encode_received(m, peeked=True)} for m in messages]}
+
+    async def _renew(self, body: dict[str, Any]) -> dict[str, Any]:
+        expirations = []
+        for token in _tokens(body.get("lock-tokens")):
+            held = self._connection.locked.get(token)
+            if held is None:
+                raise MessageLockLostError(f"lock {token} is not held on this connection (expired, settled, or "
+                                           "taken by another connection)")
+            receiver, message = held
+            until: datetime = await receiver.renew_message_lock(message)
+            expirations.append(timestamp(int(until.timestamp() * 1000)))
+        return {"expirations": expirations}
+
+    async def _receive_deferred(self, body: dict[str, Any]) -> dict[str, Any]:
+        receiver = await self._opened_receiver()
+        messages = await receiver.receive_deferred_messages([int(s) for s in body.get("sequence-numbers") or []])
+        out = []
+        for message in messages:
+            if message.lock_token is not None:
+                self._connection.locked[message.lock_token] = (receiver, message)
+            out.append({"message": encode_received(message), "lock-token": message.lock_token})
+        return {"messages": out}
+
+    async def _dispose(self, body: dict[str, Any]) -> dict[str, Any]:
+        action = _DISPOSITIONS.get(str(body.get("disposition-status", "")).lower())
+        if action is None:
+            raise InvalidArgumentError(f"disposition-status {body.get('disposition-status')!r} is not one of "
+                                       f"{', '.join(_DISPOSITIONS)}")
+        for token in _tokens(body.get("lock-tokens")):
+            held = self._connection.locked.get(token)
+            if held is None:
+                raise MessageLockLostError(f"lock {token} is not held on this connection")
+            receiver, message = held
+            reason, description = body.get("deadletter-reason"), body.get("deadletter-description")
+            await self._connection.settle(receiver, message, action, None if reason is None else str(reason),
+                                          None if description is None else str(description))
+        return {}
+
+    async def _schedule(self, body: dict[str, Any]) -> dict[str, Any]:
+        if self._sender is None:
+            self._sender = self._connection.namespace.get_queue_sender(self._target.entity)
+        batch = await self._sender.create_message_batch()
+        for item in body.get("messages") or []:
+            batch.add_envelope(wire_envelope(split_sections(bytes(dict(item)["message"]))))
+        times = {e.get("scheduled") for e in batch.envelopes}
+        if not batch.envelopes or None in times or len(times) != 1:
+            raise InvalidArgumentError("schedule-message takes messages that all carry one x-opt-scheduled-enqueue-time")
+        when = datetime.fromtimestamp(times.pop(), tz=timezone.utc)
+        return {"sequence-numbers": await self._sender.schedule_messages(batch, when)}
+
+    async def _cancel(self, body: dict[str, Any]) -> dict[str, Any]:
+        if self._sender is None:
+            self._sender = self._connection.namespace.get_queue_sender(self._target.entity)
+        await self._sender.cancel_scheduled_messages([int(s) for s in body.get("sequence-numbers") or []])
+        return {}
+
+
+    def _session(self, body: dict[str, Any]) -> ReceiverSession:
+        """The request's session, as the receiver of this connection that holds its lock has it."""
+        return self._connection.held_session(str(body.get("session-id") or ""))
+
+    async def _get_state(self, body: dict[str, Any]) -> dict[str, Any]:
+        return {"session-state": await self._session(body).get_state()}
+
+    async def _set_state(self, body: dict[str, Any]) -> dict[str, Any]:
+        state = body.get("session-state")
+        await self._session(body).set_state(None if state is None else bytes(state))
+        return {}
+
+    async def _renew_session(self, body: dict[str, Any]) -> dict[str, Any]:
+        until = await self._session(body).renew_lock()
+        return {"expiration": timestamp(int(until.timestamp() * 1000))}
+
+
+def _tokens(values: Any) -> list[uuid.UUID]:
+    """Lock tokens from a request's array."""
+    return [v if isinstance(v, uuid.UUID) else uuid.UUID(bytes=bytes(v)) for v in (values or [])]

@@ -1,0 +1,303 @@
+"""AMQP 1.0 messages to broker messages and back, as the Azure SDKs lay them out. Pure (no I/O, no Ray).
+
+Inbound, one transfer holds one AMQP message, or a batch (the SDKs' message format 0x80013700:
+data sections each holding one encoded message), which `decode_transfer` tells apart. The body
+kind (data, value or sequence) is kept: a data body is the broker message's body; a value or
+sequence body is kept as its encoded AMQP section(s) with `body_kind` in the message's fields, and
+goes out again as the same section.
+
+Outbound, a received message carries the annotations the SDKs read (`x-opt-sequence-number`,
+`x-opt-enqueued-time`, `x-opt-locked-until`, ...), its lock token travels as the delivery tag in
+.NET GUID byte order (the SDKs read `uuid.UUID(bytes_le=tag)`), and the header's delivery count is
+the number of earlier deliveries.
+
+See ../shared/reference/servicebus-semantics.md, "Message properties", for the field map.
+"""
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from proton import Data, Described, Message, symbol, timestamp
+
+from ..errors import InvalidArgumentError
+from ..message import Message as BrokerMessage
+from ..message import ReceivedMessage, envelope_from_wire
+
+PARTITION_KEY = symbol("x-opt-partition-key")
+SCHEDULED_ENQUEUE_TIME = symbol("x-opt-scheduled-enqueue-time")
+SEQUENCE_NUMBER = symbol("x-opt-sequence-number")
+ENQUEUED_SEQUENCE_NUMBER = symbol("x-opt-enqueue-sequence-number")
+ENQUEUED_TIME = symbol("x-opt-enqueued-time")
+LOCKED_UNTIL = symbol("x-opt-locked-until")
+DEAD_LETTER_SOURCE = symbol("x-opt-deadletter-source")
+MESSAGE_STATE = symbol("x-opt-message-state")
+DEAD_LETTER_REASON = "DeadLetterReason"
+DEAD_LETTER_DESCRIPTION = "DeadLetterErrorDescription"
+
+_DATA, _SEQUENCE, _VALUE = 0x75, 0x76, 0x77
+_BODY_KINDS = {_DATA: "data", _SEQUENCE: "sequence", _VALUE: "value"}
+_SECTION_CODES = range(0x70, 0x79)
+
+
+@dataclass(frozen=True)
+class Section:
+    """One section of an encoded AMQP message: its descriptor code, decoded value and raw bytes."""
+
+    code: int
+    value: Any
+    raw: bytes
+
+
+def split_sections(payload: bytes) -> list[Section]:
+    """The sections of an encoded AMQP message, in order; `InvalidArgumentError` if `payload` is
+    not a sequence of described AMQP sections."""
+    sections = []
+    offset = 0
+    view = bytes(payload)
+    while offset < len(view):
+        data = Data()
+        try:
+            used = data.decode(view[offset:])
+            data.rewind()
+            data.next()
+            value = data.get_object()
+        except Exception as exc:  # noqa: BLE001 - proton raises several types for bad encodings
+            raise InvalidArgumentError(f"the transfer is not an AMQP message: {exc}") from None
+        if used <= 0 or not isinstance(value, Described) or int(value.descriptor) not in _SECTION_CODES:
+            raise InvalidArgumentError("the transfer is not an AMQP message: a section is not a described section")
+        sections.append(Section(int(value.descriptor), _owned(value.value), view[offset:offset + used]))
+        offset += used
+    return sections
+
+
+def _owned(value: Any) -> Any:
+    """A decoded value that no longer points into proton's buffers (binary comes out as a
+    memoryview of memory proton frees)."""
+    if isinstance(value, memoryview):
+        return bytes(value)
+    if isinstance(value, list):
+        return [_owned(v) for v in value]
+    if isinstance(value, dict):
+        return {_owned(k): _owned(v) for k, v in value.items()}
+    return value
+
+
+def _is_batch(sections: list[Section]) -> bool:
+    """Whether a transfer's sections are a batch: data sections only (besides header, annotations
+    and properties), each an encoded AMQP message."""
+    bodies = [s for s in sections if s.code in _BODY_KINDS]
+    if not bodies or any(s.code != _DATA for s in bodies):
+        return False
+    for body in bodies:
+        try:
+            inner = split_sections(body.value)
+        except InvalidArgumentError:
+            return False
+        if not inner or not any(s.code in _BODY_KINDS for s in inner):
+            return False
+    return True
+
+
+def decode_transfer(payload: bytes) -> list[dict[str, Any]]:
+    """The broker envelopes (see `ray_broker.message.envelope_from_wire`) of one transfer: one for
+    a single message, one per message for a batch. `InvalidArgumentError` for a payload that is no
+    AMQP message or a message the broker cannot hold (a property of a type it does not keep, a
+    session id and partition key that differ)."""
+    sections = split_sections(payload)
+    if _is_batch(sections):
+        return [wire_envelope(split_sections(s.value)) for s in sections if s.code == _DATA]
+    return [wire_envelope(sections)]
+
+
+def wire_envelope(sections: list[Section]) -> dict[str, Any]:
+    """The broker envelope of one AMQP message given as its sections."""
+    return envelope_from_wire(message_fields(sections))
+
+
+_PROPERTY_FIELDS = ("message_id", "user_id", "to", "subject", "reply_to", "correlation_id", "content_type",
+                    "content_encoding", "absolute_expiry_time", "creation_time", "group_id", "group_sequence",
+                    "reply_to_group_id")
+_HEADER, _ANNOTATIONS, _PROPERTIES, _APPLICATION_PROPERTIES = 0x70, 0x72, 0x73, 0x74
+
+
+def _listed(sections: list[Section], code: int, names: tuple[str, ...]) -> dict[str, Any]:
+    """A list-shaped section (header, properties) as a dict of its named fields."""
+    section = next((s for s in sections if s.code == code), None)
+    values = list(section.value or []) if section is not None else []
+    return dict(zip(names, values + [None] * (len(names) - len(values))))
+
+
+def _mapped(sections: list[Section], code: int) -> dict[Any, Any]:
+    """A map-shaped section (annotations, application properties), or {}."""
+    section = next((s for s in sections if s.code == code), None)
+    return dict(section.value or {}) if section is not None else {}
+
+
+def message_fields(sections: list[Section]) -> dict[str, Any]:
+    """A broker message's fields (its wire form) from an AMQP message's sections."""
+    header = _listed(sections, _HEADER, ("durable", "priority", "ttl", "first_acquirer", "delivery_count"))
+    properties = _listed(sections, _PROPERTIES, _PROPERTY_FIELDS)
+    annotations = _mapped(sections, _ANNOTATIONS)
+    bodies = [s for s in sections if s.code in _BODY_KINDS]
+    kinds = {_BODY_KINDS[s.code] for s in bodies}
+    if len(kinds) > 1:
+        raise InvalidArgumentError("an AMQP message has one kind of body section; this one mixes "
+                                   + ", ".join(sorted(kinds)))
+    kind = kinds.pop() if kinds else "data"
+    body = b"".join(s.value for s in bodies) if kind == "data" else b"".join(s.raw for s in bodies)
+    scheduled = annotations.get(SCHEDULED_ENQUEUE_TIME)
+    try:
+        broker = BrokerMessage(
+            body,
+            message_id=_text(properties["message_id"]),
+            session_id=_text(properties["group_id"]),
+            partition_key=_text(annotations.get(PARTITION_KEY)),
+            correlation_id=_text(properties["correlation_id"]),
+            subject=_text(properties["subject"]),
+            to=_text(properties["to"]),
+            reply_to=_text(properties["reply_to"]),
+            reply_to_session_id=_text(properties["reply_to_group_id"]),
+            content_type=_text(properties["content_type"]),
+            time_to_live=timedelta(milliseconds=int(header["ttl"])) if header["ttl"] else None,
+            scheduled_enqueue_time_utc=None if scheduled is None else _from_timestamp(scheduled),
+            application_properties={str(k): _property_in(k, v)
+                                    for k, v in _mapped(sections, _APPLICATION_PROPERTIES).items()},
+        )
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgumentError(f"the message cannot be stored: {exc}") from None
+    wire = broker.to_wire()
+    if kind != "data":
+        wire["body_kind"] = kind
+    return wire
+
+
+def _text(value: Any) -> str | None:
+    """An AMQP identifier or string as text (ids may be ulong, uuid or binary on the wire)."""
+    if value is None:
+        return None
+    if isinstance(value, (bytes, memoryview)):
+        return bytes(value).decode("utf-8", errors="replace")
+    return str(value)
+
+
+def _from_timestamp(value: Any) -> datetime:
+    """An AMQP timestamp (ms since the epoch) as an aware UTC datetime."""
+    if isinstance(value, datetime):
+        return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+    return datetime.fromtimestamp(int(value) / 1000, tz=timezone.utc)
+
+
+def _property_in(key: Any, value: Any) -> Any:
+    """An application property value as the broker keeps it."""
+    if isinstance(value, timestamp):
+        return _from_timestamp(value)
+    if isinstance(value, memoryview):
+        return bytes(value)
+    if isinstance(value, str):
+        return str(value)  # symbol and char are str subclasses
+    if isinstance(value, bool) or value is None or isinstance(value, (bytes, uuid.UUID)):
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    raise InvalidArgumentError(f"application property {key!r} has AMQP type {type(value).__name__}, which the broker "
+                               "does not keep; use a string, number, boolean, binary, uuid or timestamp")
+
+
+def _property_out(value: Any) -> Any:
+    """A kept application property value as AMQP encodes it."""
+    if isinstance(value, datetime):
+        return timestamp(int(value.timestamp() * 1000))
+    return value
+
+
+def _ms(epoch_seconds: float | None) -> timestamp | None:
+    return None if epoch_seconds is None else timestamp(int(epoch_seconds * 1000))
+
+
+def delivery_tag(message: ReceivedMessage) -> bytes:
+    """The delivery tag of a locked message: its lock token in .NET GUID byte order."""
+    token = message.lock_token
+    return token.bytes_le if token is not None else uuid.uuid4().bytes_le
+
+
+def lock_token_of_tag(tag: bytes) -> uuid.UUID:
+    """The lock token a delivery tag carries."""
+    return uuid.UUID(bytes_le=bytes(tag))
+
+
+def encode_received(message: ReceivedMessage, *, peeked: bool = False) -> bytes:
+    """A received (or peeked) broker message as an encoded AMQP message with the annotations the
+    SDKs read."""
+    out = Message()
+    out.id = message.message_id
+    out.correlation_id = message.correlation_id
+    out.subject = message.subject
+    out.address = message.to
+    out.reply_to = message.reply_to
+    out.group_id = message.session_id
+    out.reply_to_group_id = message.reply_to_session_id
+    out.content_type = None if message.content_type is None else symbol(message.content_type)
+    expires = message.expires_at_utc
+    if expires is not None and expires.year < 9999:
+        out.expiry_time = expires.timestamp()
+    count = message.delivery_count if peeked else max(0, message.delivery_count - 1)
+    properties = {k: _property_out(v) for k, v in message.application_properties.items()}
+    if message.dead_letter_reason is not None:
+        properties[DEAD_LETTER_REASON] = message.dead_letter_reason
+    if message.dead_letter_error_description is not None:
+        properties[DEAD_LETTER_DESCRIPTION] = message.dead_letter_error_description
+    out.properties = properties or None
+    annotations: dict[symbol, Any] = {
+        SEQUENCE_NUMBER: message.sequence_number,
+        ENQUEUED_SEQUENCE_NUMBER: message.enqueued_sequence_number,
+        MESSAGE_STATE: int(message.state),
+    }
+    enqueued = message.enqueued_time_utc
+    if enqueued is not None:
+        annotations[ENQUEUED_TIME] = timestamp(int(enqueued.timestamp() * 1000))
+    if not peeked and message.locked_until is not None:
+        annotations[LOCKED_UNTIL] = _ms(message.locked_until)
+    if message.partition_key is not None:
+        annotations[PARTITION_KEY] = message.partition_key
+    scheduled = message.scheduled_enqueue_time_utc
+    if scheduled is not None:
+        annotations[SCHEDULED_ENQUEUE_TIME] = timestamp(int(scheduled.timestamp() * 1000))
+    if message.dead_letter_source is not None:
+        annotations[DEAD_LETTER_SOURCE] = message.dead_letter_source
+    out.annotations = annotations
+    if message.body_kind == "data":
+        out.body = bytes(message.body)
+        out.inferred = True
+        body = b""
+    else:
+        out.body = None
+        body = bytes(message.body)
+    rest = b"".join(s.raw for s in split_sections(bytes(out.encode())) if s.code != _HEADER)
+    return _header(count, message.time_to_live) + rest + body
+
+
+def _header(delivery_count: int, ttl: timedelta | None) -> bytes:
+    """An encoded header section that always carries its delivery count (proton leaves out a
+    count of 0, and the SDKs then report none)."""
+    data = Data()
+    data.put_described()
+    data.enter()
+    data.put_ulong(_HEADER)
+    data.put_list()
+    data.enter()
+    data.put_bool(True)
+    data.put_null()
+    if ttl is None:
+        data.put_null()
+    else:
+        data.put_uint(min(int(ttl.total_seconds() * 1000), 0xFFFFFFFF))
+    data.put_null()
+    data.put_uint(delivery_count)
+    data.exit()
+    data.exit()
+    return bytes(data.encode())

@@ -1,0 +1,363 @@
+"""The official azure-servicebus SDK (sync and async), unmodified, against a namespace's AMQP 1.0
+front end: connection string, claims-based auth, sends (single and batched), peek-lock receives and
+every outcome, receive-and-delete, sessions, the `$management` operations, and the errors the SDK
+maps.
+
+All tests share one namespace that serves AMQP on a free port."""
+from __future__ import annotations
+
+import socket
+import time
+import uuid
+from datetime import datetime, timedelta, timezone
+from typing import Iterator
+
+import pytest
+from azure.servicebus import (
+    NEXT_AVAILABLE_SESSION,
+    ServiceBusClient,
+    ServiceBusMessage,
+    ServiceBusReceiveMode,
+    ServiceBusSubQueue,
+)
+from azure.servicebus.aio import ServiceBusClient as AsyncServiceBusClient
+from azure.servicebus.amqp import AmqpAnnotatedMessage, AmqpMessageBodyType
+from azure.servicebus.exceptions import (
+    MessageSizeExceededError,
+    MessagingEntityNotFoundError,
+    ServiceBusAuthenticationError,
+    ServiceBusError,
+)
+
+import ray_broker as rb
+from ray_broker.amqp.connection_string import connection_string
+from ray_broker.amqp.sas import make_token
+
+WAIT_S = 5
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def amqp_namespace(ray_instance: None) -> Iterator[rb.Namespace]:
+    """A standard namespace in memory that serves AMQP on a free port."""
+    name = f"amqp-{uuid.uuid4().hex[:6]}"
+    ns = rb.start(name, durability="memory", amqp_port=free_port())
+    yield ns
+    rb.stop(name)
+
+
+@pytest.fixture(scope="module")
+def conn_str(amqp_namespace: rb.Namespace) -> str:
+    config = amqp_namespace.config
+    assert config.amqp_port is not None
+    return connection_string("localhost", config.amqp_port, config.shared_access_keys()[0])
+
+
+@pytest.fixture
+def queue(amqp_namespace: rb.Namespace) -> Iterator[str]:
+    name = f"q-{uuid.uuid4().hex[:10]}"
+    amqp_namespace.create_queue(name, max_delivery_count=5)
+    yield name
+    amqp_namespace.delete_queue(name)
+
+
+def receive(receiver, count: int) -> list:  # type: ignore[no-untyped-def]
+    """Exactly `count` messages, in as many receive calls as it takes."""
+    got: list = []
+    deadline = time.monotonic() + 20
+    while len(got) < count and time.monotonic() < deadline:
+        got.extend(receiver.receive_messages(max_message_count=count - len(got), max_wait_time=WAIT_S))
+    assert len(got) == count, f"only {len(got)} of {count} messages arrived"
+    return got
+
+
+def test_send_one_and_a_batch_then_receive_every_field_and_complete(
+        amqp_namespace: rb.Namespace, conn_str: str, queue: str) -> None:
+    ttl = timedelta(minutes=7)
+    with ServiceBusClient.from_connection_string(conn_str) as client:
+        with client.get_queue_sender(queue) as sender:
+            sender.send_messages(ServiceBusMessage(
+                "first", message_id="m-1", correlation_id="c-1", content_type="text/plain", subject="greeting",
+                to="someone", reply_to="back", partition_key="key-1", time_to_live=ttl,
+                application_properties={"n": 7, "s": "text", "f": 1.5, "b": True}))
+            batch = sender.create_message_batch()
+            for i in range(5):
+                batch.add_message(ServiceBusMessage(f"batched {i}", message_id=f"b-{i}"))
+            sender.send_messages(batch)
+            sender.send_messages([ServiceBusMessage(f"listed {i}") for i in range(3)])
+        with client.get_queue_receiver(queue, max_wait_time=WAIT_S) as receiver:
+            messages = receive(receiver, 9)
+            first = next(m for m in messages if m.message_id == "m-1")
+            assert str(first) == "first"
+            assert (first.correlation_id, first.content_type, first.subject, first.to, first.reply_to) == \
+                ("c-1", "text/plain", "greeting", "someone", "back")
+            assert first.partition_key == "key-1"
+            assert first.time_to_live == ttl
+            assert first.application_properties == {b"n": 7, b"s": b"text", b"f": 1.5, b"b": True}
+            assert first.delivery_count == 0
+            assert first.sequence_number >= 1 and first.enqueued_time_utc is not None
+            assert first.locked_until_utc > datetime.now(timezone.utc)
+            assert first.lock_token is not None
+            assert sorted(str(m) for m in messages if m.message_id and m.message_id.startswith("b-")) == \
+                [f"batched {i}" for i in range(5)]
+            for message in messages:
+                receiver.complete_message(message)
+    assert amqp_namespace.get_queue_runtime_properties(queue).active_message_count == 0
+
+
+def test_abandon_raises_the_delivery_count(conn_str: str, queue: str) -> None:
+    with ServiceBusClient.from_connection_string(conn_str) as client:
+        with client.get_queue_sender(queue) as sender:
+            sender.send_messages(ServiceBusMessage("again"))
+        with client.get_queue_receiver(queue, max_wait_time=WAIT_S) as receiver:
+            [message] = receive(receiver, 1)
+            receiver.abandon_message(message)
+            [again] = receive(receiver, 1)
+            assert (again.sequence_number, again.delivery_count) == (message.sequence_number, 1)
+            receiver.complete_message(again)
+
+
+def test_dead_letter_lands_on_the_dead_letter_queue_with_its_reason(conn_str: str, queue: str) -> None:
+    with ServiceBusClient.from_connection_string(conn_str) as client:
+        with client.get_queue_sender(queue) as sender:
+            sender.send_messages(ServiceBusMessage("poison"))
+        with client.get_queue_receiver(queue, max_wait_time=WAIT_S) as receiver:
+            [message] = receive(receiver, 1)
+            receiver.dead_letter_message(message, reason="bad-format", error_description="not json")
+        with client.get_queue_receiver(queue, sub_queue=ServiceBusSubQueue.DEAD_LETTER,
+                                       max_wait_time=WAIT_S) as dead_letters:
+            [dead] = receive(dead_letters, 1)
+            assert (str(dead), dead.dead_letter_reason, dead.dead_letter_error_description) == \
+                ("poison", "bad-format", "not json")
+            dead_letters.complete_message(dead)
+
+
+def test_defer_then_receive_deferred_and_complete_it(amqp_namespace: rb.Namespace, conn_str: str,
+                                                      queue: str) -> None:
+    with ServiceBusClient.from_connection_string(conn_str) as client:
+        with client.get_queue_sender(queue) as sender:
+            sender.send_messages(ServiceBusMessage("later"))
+        with client.get_queue_receiver(queue, max_wait_time=1) as receiver:
+            [message] = receive(receiver, 1)
+            receiver.defer_message(message)
+            assert receiver.receive_messages(max_message_count=1, max_wait_time=1) == []
+            [deferred] = receiver.receive_deferred_messages([message.sequence_number])
+            assert (str(deferred), deferred.sequence_number) == ("later", message.sequence_number)
+            receiver.complete_message(deferred)
+    assert amqp_namespace.get_queue_runtime_properties(queue).total_message_count == 0
+
+
+def test_receive_and_delete_takes_messages_without_locks(amqp_namespace: rb.Namespace, conn_str: str,
+                                                          queue: str) -> None:
+    with ServiceBusClient.from_connection_string(conn_str) as client:
+        with client.get_queue_sender(queue) as sender:
+            sender.send_messages([ServiceBusMessage(f"gone {i}") for i in range(3)])
+        with client.get_queue_receiver(queue, receive_mode=ServiceBusReceiveMode.RECEIVE_AND_DELETE,
+                                       max_wait_time=WAIT_S) as receiver:
+            assert sorted(str(m) for m in receive(receiver, 3)) == ["gone 0", "gone 1", "gone 2"]
+    assert amqp_namespace.get_queue_runtime_properties(queue).total_message_count == 0
+
+
+def test_peek_schedule_cancel_and_renew_through_management(amqp_namespace: rb.Namespace, conn_str: str,
+                                                           queue: str) -> None:
+    with ServiceBusClient.from_connection_string(conn_str) as client:
+        with client.get_queue_sender(queue) as sender:
+            [scheduled] = sender.schedule_messages(ServiceBusMessage("in an hour"),
+                                                   datetime.now(timezone.utc) + timedelta(hours=1))
+            sender.send_messages(ServiceBusMessage("now"))
+        with client.get_queue_receiver(queue, max_wait_time=WAIT_S) as receiver:
+            peeked = receiver.peek_messages(max_message_count=5)
+            assert [str(m) for m in peeked] == ["in an hour", "now"]
+            assert peeked[0].sequence_number == scheduled and peeked[0].scheduled_enqueue_time_utc is not None
+            [message] = receive(receiver, 1)
+            before = message.locked_until_utc
+            time.sleep(0.05)
+            assert receiver.renew_message_lock(message) > before
+            receiver.complete_message(message)
+        with client.get_queue_sender(queue) as sender:
+            sender.cancel_scheduled_messages(scheduled)
+    assert amqp_namespace.get_queue_runtime_properties(queue).total_message_count == 0
+
+
+def test_topic_subscription_receive(amqp_namespace: rb.Namespace, conn_str: str) -> None:
+    topic = f"t-{uuid.uuid4().hex[:10]}"
+    amqp_namespace.create_topic(topic)
+    amqp_namespace.create_subscription(topic, "audit")
+    try:
+        with ServiceBusClient.from_connection_string(conn_str) as client:
+            with client.get_topic_sender(topic) as sender:
+                sender.send_messages(ServiceBusMessage("event"))
+            with client.get_subscription_receiver(topic, "audit", max_wait_time=WAIT_S) as receiver:
+                [message] = receive(receiver, 1)
+                assert str(message) == "event"
+                receiver.complete_message(message)
+    finally:
+        amqp_namespace.delete_topic(topic)
+
+
+def test_value_and_sequence_bodies_round_trip(conn_str: str, queue: str) -> None:
+    with ServiceBusClient.from_connection_string(conn_str) as client:
+        with client.get_queue_sender(queue) as sender:
+            sender.send_messages(AmqpAnnotatedMessage(value_body={"k": [1, 2]}))
+            sender.send_messages(AmqpAnnotatedMessage(sequence_body=[[1, "two"]]))
+        with client.get_queue_receiver(queue, max_wait_time=WAIT_S) as receiver:
+            messages = sorted(receive(receiver, 2), key=lambda m: m.sequence_number)
+            assert messages[0].body_type == AmqpMessageBodyType.VALUE
+            assert messages[0].body == {b"k": [1, 2]}
+            assert messages[1].body_type == AmqpMessageBodyType.SEQUENCE
+            assert list(messages[1].body) == [[1, b"two"]]
+            for message in messages:
+                receiver.complete_message(message)
+
+
+def test_an_unknown_entity_is_the_sdks_entity_not_found(conn_str: str) -> None:
+    with ServiceBusClient.from_connection_string(conn_str, retry_total=0) as client:
+        with pytest.raises(MessagingEntityNotFoundError):
+            with client.get_queue_sender("no-such-queue") as sender:
+                sender.send_messages(ServiceBusMessage("lost"))
+
+
+def test_a_wrong_key_or_expired_token_is_refused(amqp_namespace: rb.Namespace, conn_str: str, queue: str) -> None:
+    key = amqp_namespace.config.shared_access_keys()[0]
+    wrong = conn_str.replace(key.key, "A" * len(key.key))
+    with ServiceBusClient.from_connection_string(wrong, retry_total=0) as client:
+        with pytest.raises(ServiceBusAuthenticationError):
+            with client.get_queue_sender(queue) as sender:
+                sender.send_messages(ServiceBusMessage("refused"))
+    port = amqp_namespace.config.amqp_port
+    expired = make_token(f"sb://localhost:{port}/{queue}", key.name, key.key, int(time.time()) - 60)
+    with ServiceBusClient.from_connection_string(
+            f"Endpoint=sb://localhost:{port};SharedAccessSignature={expired};UseDevelopmentEmulator=true",
+            retry_total=0) as client:
+        with pytest.raises(ServiceBusAuthenticationError):
+            with client.get_queue_sender(queue) as sender:
+                sender.send_messages(ServiceBusMessage("refused"))
+    assert amqp_namespace.get_queue_runtime_properties(queue).total_message_count == 0
+
+
+def test_garbage_bytes_or_a_client_gone_mid_frame_close_that_connection_only(amqp_namespace: rb.Namespace, conn_str: str, queue: str) -> None:
+    with socket.create_connection(("127.0.0.1", amqp_namespace.config.amqp_port), timeout=5) as garbage:
+        garbage.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n" + bytes(range(256)))
+        received = b""
+        while chunk := garbage.recv(4096):
+            received += chunk
+        assert received.startswith(b"AMQP")  # the protocol header proton answers with, then it closes
+    with socket.create_connection(("127.0.0.1", amqp_namespace.config.amqp_port), timeout=5) as vanishing:
+        vanishing.sendall(b"AMQP\x03\x01\x00\x00\x00\x00\x00\x40")  # a SASL frame cut short, then gone
+    with ServiceBusClient.from_connection_string(conn_str) as client:
+        with client.get_queue_sender(queue) as sender:
+            sender.send_messages(ServiceBusMessage("still served"))
+        with client.get_queue_receiver(queue, receive_mode=ServiceBusReceiveMode.RECEIVE_AND_DELETE,
+                                       max_wait_time=WAIT_S) as receiver:
+            assert [str(m) for m in receive(receiver, 1)] == ["still served"]
+
+
+async def test_the_async_sdk_sends_receives_and_settles(amqp_namespace: rb.Namespace, conn_str: str,
+                                                        queue: str) -> None:
+    async with AsyncServiceBusClient.from_connection_string(conn_str) as client:
+        async with client.get_queue_sender(queue) as sender:
+            await sender.send_messages([ServiceBusMessage(f"async {i}") for i in range(3)])
+        async with client.get_queue_receiver(queue, max_wait_time=WAIT_S) as receiver:
+            got: list = []
+            while len(got) < 3:
+                batch = await receiver.receive_messages(max_message_count=3 - len(got), max_wait_time=WAIT_S)
+                assert batch
+                got.extend(batch)
+            await receiver.abandon_message(got[0])
+            for message in got[1:]:
+                await receiver.complete_message(message)
+            [again] = await receiver.receive_messages(max_message_count=1, max_wait_time=WAIT_S)
+            assert again.delivery_count == 1
+            await receiver.complete_message(again)
+    assert amqp_namespace.get_queue_runtime_properties(queue).total_message_count == 0
+
+
+def test_a_topic_is_no_receive_source_and_an_oversized_message_is_refused(
+        amqp_namespace: rb.Namespace, conn_str: str, queue: str) -> None:
+    topic = f"t-{uuid.uuid4().hex[:10]}"
+    amqp_namespace.create_topic(topic)
+    try:
+        with ServiceBusClient.from_connection_string(conn_str, retry_total=0) as client:
+            with pytest.raises(ServiceBusError, match="is a topic"):
+                with client.get_queue_receiver(topic, max_wait_time=1) as receiver:
+                    receiver.receive_messages(max_wait_time=1)
+            with client.get_queue_sender(queue) as sender:
+                with pytest.raises(MessageSizeExceededError):
+                    sender.send_messages(ServiceBusMessage(b"x" * (300 * 1024)))
+    finally:
+        amqp_namespace.delete_topic(topic)
+    assert amqp_namespace.get_queue_runtime_properties(queue).total_message_count == 0
+
+
+def test_the_cli_prints_the_connection_string_and_keeps_the_port(amqp_namespace: rb.Namespace, conn_str: str,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    import ray
+
+    from ray_broker.cli import main
+
+    target = ["-n", amqp_namespace.name, "--address", str(ray.get_runtime_context().gcs_address)]
+    assert main(["connection-string", *target]) == 0
+    assert capsys.readouterr().out.strip() == conn_str
+    port = amqp_namespace.config.amqp_port
+    assert main(["start", *target, "--durability", "memory", "--amqp-port", str(port)]) == 0
+    assert "already running" in capsys.readouterr().out
+    assert main(["start", *target, "--durability", "memory", "--amqp"]) == 1
+    assert f"--amqp-port 5672 (it runs with {port})" in capsys.readouterr().err
+
+
+def test_session_receivers_lock_a_session_keep_its_state_and_renew_it(amqp_namespace: rb.Namespace,
+                                                                      conn_str: str) -> None:
+    queue = f"s-{uuid.uuid4().hex[:10]}"
+    amqp_namespace.create_queue(queue, requires_session=True)
+    try:
+        with ServiceBusClient.from_connection_string(conn_str) as client:
+            with client.get_queue_sender(queue) as sender:
+                sender.send_messages([ServiceBusMessage(f"{s}-{i}", session_id=s) for s in ("a", "b")
+                                      for i in range(3)])
+            with client.get_queue_receiver(queue, session_id="b", max_wait_time=WAIT_S) as receiver:
+                assert receiver.session.session_id == "b"
+                assert receiver.session.locked_until_utc > datetime.now(timezone.utc)
+                messages = receive(receiver, 3)
+                assert [str(m) for m in messages] == ["b-0", "b-1", "b-2"]
+                assert {m.session_id for m in messages} == {"b"}
+                for message in messages:
+                    receiver.complete_message(message)
+                receiver.session.set_state(b"step 2")
+                assert receiver.session.get_state() == b"step 2"
+                assert receiver.session.renew_lock() > datetime.now(timezone.utc)
+            with client.get_queue_receiver(queue, session_id=NEXT_AVAILABLE_SESSION,
+                                           max_wait_time=WAIT_S) as receiver:
+                assert receiver.session.session_id == "a"
+                for message in receive(receiver, 3):
+                    receiver.complete_message(message)
+        assert amqp_namespace.get_queue_runtime_properties(queue).total_message_count == 0
+    finally:
+        amqp_namespace.delete_queue(queue)
+
+
+def test_a_port_in_use_fails_the_start_and_leaves_nothing_running(amqp_namespace: rb.Namespace) -> None:
+    name = f"amqp-busy-{uuid.uuid4().hex[:6]}"
+    with pytest.raises(rb.errors.InvalidOperationError, match="cannot listen on port"):
+        rb.start(name, sku="premium", partitions=1, durability="memory", amqp_port=amqp_namespace.config.amqp_port)
+    with pytest.raises(rb.errors.NamespaceNotRunningError):
+        rb.connect(name)
+
+
+async def test_a_released_message_comes_back_without_counting_a_delivery(amqp_namespace: rb.Namespace,
+                                                                         queue: str) -> None:
+    import ray_broker.aio as rba
+
+    async with rba.Namespace(amqp_namespace.config) as ns:
+        async with ns.get_queue_sender(queue) as sender:
+            await sender.send_messages(rb.Message("prefetched"))
+        async with ns.get_queue_receiver(queue, max_wait_time=WAIT_S) as receiver:
+            [message] = await receiver.receive_messages(1)
+            await receiver.release_message(message)
+            [again] = await receiver.receive_messages(1)
+            assert (again.sequence_number, again.delivery_count) == (message.sequence_number, message.delivery_count)
+            await receiver.complete_message(again)

@@ -1,0 +1,130 @@
+"""AMQP messages as the azure-servicebus SDK encodes them, to broker messages and back again."""
+from __future__ import annotations
+
+import time
+import uuid
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+from azure.servicebus import ServiceBusMessage, ServiceBusMessageBatch
+from azure.servicebus._pyamqp._decode import decode_payload
+from azure.servicebus._pyamqp._encode import encode_payload
+from azure.servicebus._pyamqp.message import BatchMessage
+from azure.servicebus._transport._pyamqp_transport import PyamqpTransport
+from azure.servicebus.amqp import AmqpAnnotatedMessage
+
+from ray_broker import codec
+from ray_broker.amqp.mapping import decode_transfer, delivery_tag, encode_received, lock_token_of_tag
+from ray_broker.errors import InvalidArgumentError
+from ray_broker.message import ReceivedMessage
+
+
+def sdk_payload(message: Any) -> bytes:
+    """What the SDK puts in a transfer for one message."""
+    raw = message.raw_amqp_message if isinstance(message, ServiceBusMessage) else message
+    return bytes(encode_payload(bytearray(), PyamqpTransport.to_outgoing_amqp_message(raw)))
+
+
+def fields(envelope: dict[str, Any]) -> dict[str, Any]:
+    return codec.unpackb(envelope["payload"])  # type: ignore[no-any-return]
+
+
+def received(wire: dict[str, Any], **record: Any) -> ReceivedMessage:
+    """A broker message as a receiver gets it."""
+    now = time.time()
+    return ReceivedMessage({"payload": codec.packb(wire), "sequence_number": (3 << 48) + 7, "delivery_count": 1,
+                            "lock_token": uuid.uuid4().bytes, "locked_until": now + 30, "enqueued_time": now,
+                            **record})
+
+
+def test_every_sdk_field_maps_to_the_broker_message() -> None:
+    scheduled = datetime(2030, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+    [envelope] = decode_transfer(sdk_payload(ServiceBusMessage(
+        b"\x00body", message_id="m", session_id="s", correlation_id="c", content_type="application/json",
+        subject="sub", to="to", reply_to="r", reply_to_session_id="rs", time_to_live=timedelta(seconds=90),
+        scheduled_enqueue_time_utc=scheduled,
+        application_properties={"i": 5, "s": "t", "f": 2.5, "b": False, "t": scheduled, "u": uuid.UUID(int=1)})))
+    wire = fields(envelope)
+    assert wire["body"] == b"\x00body"
+    assert {k: wire[k] for k in ("message_id", "session_id", "correlation_id", "content_type", "subject", "to",
+                                 "reply_to", "reply_to_session_id")} == {
+        "message_id": "m", "session_id": "s", "correlation_id": "c", "content_type": "application/json",
+        "subject": "sub", "to": "to", "reply_to": "r", "reply_to_session_id": "rs"}
+    assert wire["time_to_live"] == 90
+    assert wire["scheduled_enqueue_time"] == scheduled.timestamp() == envelope["scheduled"]
+    assert wire["application_properties"] == {"i": 5, "s": "t", "f": 2.5, "b": False, "t": scheduled,
+                                              "u": uuid.UUID(int=1)}
+    assert (envelope["message_id"], envelope["session_id"]) == ("m", "s")
+    assert "body_kind" not in wire
+
+
+def test_the_partition_key_annotation_routes() -> None:
+    [envelope] = decode_transfer(sdk_payload(ServiceBusMessage("x", partition_key="customer-1")))
+    assert envelope["partition_key"] == fields(envelope)["partition_key"] == "customer-1"
+
+
+def test_a_batch_transfer_is_one_envelope_per_message() -> None:
+    batch = ServiceBusMessageBatch(max_size_in_bytes=1 << 20)
+    for i in range(3):
+        batch.add_message(ServiceBusMessage(f"m{i}", message_id=f"id{i}"))
+    payload = bytes(encode_payload(bytearray(), BatchMessage(*batch._message)))
+    assert [(fields(e)["body"], e["message_id"]) for e in decode_transfer(payload)] == \
+        [(b"m0", "id0"), (b"m1", "id1"), (b"m2", "id2")]
+
+
+def test_a_data_body_that_looks_like_amqp_bytes_is_not_a_batch() -> None:
+    [envelope] = decode_transfer(sdk_payload(ServiceBusMessage("still served")))
+    assert fields(envelope)["body"] == b"still served"
+
+
+@pytest.mark.parametrize("message, kind", [
+    (AmqpAnnotatedMessage(value_body={"k": [1, 2]}), "value"),
+    (AmqpAnnotatedMessage(sequence_body=[[1, "two"]]), "sequence"),
+])
+def test_value_and_sequence_bodies_go_out_as_they_came(message: AmqpAnnotatedMessage, kind: str) -> None:
+    [envelope] = decode_transfer(sdk_payload(message))
+    wire = fields(envelope)
+    assert wire["body_kind"] == kind
+    out = decode_payload(memoryview(encode_received(received(wire))))
+    sent = decode_payload(memoryview(sdk_payload(message)))
+    assert (out.value, out.sequence) == (sent.value, sent.sequence)
+
+
+@pytest.mark.parametrize("payload", [b"GET / HTTP/1.1\r\n", b"\x00Sp", b"\x00\xa1\x03abc",
+                                     sdk_payload(AmqpAnnotatedMessage(data_body=b"x",
+                                                                      application_properties={"l": [1]}))])
+def test_what_the_broker_cannot_keep_is_an_invalid_argument(payload: bytes) -> None:
+    with pytest.raises(InvalidArgumentError):
+        decode_transfer(payload)
+
+
+def test_a_received_message_carries_what_the_sdk_reads() -> None:
+    wire = {"body": b"hello", "message_id": "m", "partition_key": "k", "correlation_id": "c",
+            "content_type": "text/plain", "time_to_live": 60.0, "application_properties": {"n": 1},
+            "dead_letter_reason": "why", "dead_letter_error_description": "because"}
+    message = received(wire, dead_letter_source="orders")
+    out = decode_payload(memoryview(encode_received(message)))
+    assert out.data == [b"hello"]
+    assert out.header.delivery_count == 0 and out.header.durable and out.header.ttl == 60000
+    assert (out.properties.message_id, out.properties.correlation_id, out.properties.content_type) == \
+        (b"m", b"c", b"text/plain")
+    assert out.application_properties == {b"n": 1, b"DeadLetterReason": b"why",
+                                          b"DeadLetterErrorDescription": b"because"}
+    annotations = out.message_annotations
+    assert annotations[b"x-opt-sequence-number"] == message.sequence_number
+    assert annotations[b"x-opt-partition-key"] == b"k"
+    assert annotations[b"x-opt-locked-until"] == int(message.locked_until * 1000)
+    assert annotations[b"x-opt-enqueued-time"] == int(message.enqueued_time_utc.timestamp() * 1000)
+    assert annotations[b"x-opt-deadletter-source"] == b"orders"
+
+
+def test_a_peeked_message_has_no_lock_and_its_full_delivery_count() -> None:
+    out = decode_payload(memoryview(encode_received(received({"body": b"x"}, delivery_count=2), peeked=True)))
+    assert out.header.delivery_count == 2 and b"x-opt-locked-until" not in out.message_annotations
+
+
+def test_the_delivery_tag_is_the_lock_token_in_dotnet_byte_order() -> None:
+    message = received({"body": b"x"})
+    tag = delivery_tag(message)
+    assert uuid.UUID(bytes_le=tag) == message.lock_token == lock_token_of_tag(tag)
