@@ -70,13 +70,14 @@ def ray_session() -> Iterator[None]:
 
 @contextlib.contextmanager
 def broker_namespace(prefix: str, *, sku: str = "standard", partitions: int | None = None,
-                     durability: str = "normal", replicas: int = 1) -> Iterator[rb.Namespace]:
+                     durability: str = "normal", replicas: int = 1,
+                     amqp_port: int | None = None) -> Iterator[rb.Namespace]:
     """A fresh namespace with a unique name and a temporary data dir, stopped and deleted after."""
     name = f"{prefix}-{uuid.uuid4().hex[:10]}"
     data_dir = None if durability == "memory" else tempfile.mkdtemp(prefix=f"rb-{name}-")
     try:
         yield rb.start(name, sku=sku, partitions=partitions, data_dir=data_dir, durability=durability,
-                       replicas=replicas)
+                       replicas=replicas, amqp_port=amqp_port)
     finally:
         rb.stop(name, delete_data=True)
         if data_dir is not None:

@@ -8,7 +8,7 @@ replicas come back when a node with its label does). Targets: P1 with `replicas=
 node's removal to the first successful keyed send to a partition it led, maximum < 5 s; catch-up:
 a follower --behind messages behind is in sync again in < 30 s.
 
-    python -m benchmarks.replication [--batches 30 --rounds 3 --samples 60 --failovers 5 --behind 100000]
+    python -m benchmarks.replication [--batches 30 --rounds 3 --samples 60 --failovers 10 --behind 100000]
 """
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ class ReplicationConfig:
     batch_size: int = 100
     samples: int = 60
     gap: float = 0.02
-    failovers: int = 5
+    failovers: int = 10
     behind: int = 100_000
     body_size: int = 1024
     max_wait: float = 10.0

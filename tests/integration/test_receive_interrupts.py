@@ -31,6 +31,13 @@ def local_address() -> str:
     return f"127.0.0.1:{str(ray.get_runtime_context().gcs_address).rsplit(':', 1)[1]}"
 
 
+def waiting_receives(ns: rb.Namespace) -> int:
+    """How many waiting receives the namespace's partitions have taken (a receive that found
+    nothing waits on them)."""
+    handles = [ray.get_actor(ns.config.partition_name(k), namespace="ray_broker") for k in range(ns.partition_count)]
+    return sum(counts.get("receive_waiting", 0) for counts in ray.get([h.call_counts.remote() for h in handles]))
+
+
 def received_at_once(ns: rb.Namespace, queue: str) -> list[int]:
     """Send one message, then the delivery counts of what a new receiver gets within 3 s."""
     with ns.get_queue_sender(queue) as sender:
@@ -63,13 +70,14 @@ def test_ctrl_c_ends_a_waiting_cli_receive_at_once_and_it_takes_no_message(names
                                                                           queue_name: str) -> None:
     namespace.create_queue(queue_name, enable_partitioning=True)
     target = [queue_name, "-n", namespace.name, "--address", local_address()]
-    began = time.monotonic()
-    subprocess.run([*CLI, "peek", *target], capture_output=True, timeout=240, check=True)
-    startup = time.monotonic() - began
+    before = waiting_receives(namespace)
     receive = subprocess.Popen([*CLI, "receive", *target, "--wait", "60"], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
     try:
-        time.sleep(startup + 2.0)
+        deadline = time.monotonic() + 120
+        while waiting_receives(namespace) == before and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(0.5)
         assert receive.poll() is None, receive.communicate()
         receive.send_signal(signal.SIGINT)
         interrupted = time.monotonic()

@@ -96,26 +96,37 @@ def test_any_other_failure_may_have_reached_its_partition(exc: BaseException) ->
 
 
 class _Ref:
-    """An actor call's object ref that failed with `error`."""
+    """An actor call's object ref that answered `outcome`, or failed with it when it is an error."""
 
-    def __init__(self, error: BaseException) -> None:
-        self.error = error
+    def __init__(self, outcome: Any) -> None:
+        self.outcome = outcome
 
     def future(self) -> concurrent.futures.Future[Any]:
-        failed: concurrent.futures.Future[Any] = concurrent.futures.Future()
-        failed.set_exception(self.error)
-        return failed
+        done: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        if isinstance(self.outcome, BaseException):
+            done.set_exception(self.outcome)
+        else:
+            done.set_result(self.outcome)
+        return done
 
 
-class _DeadSource:
-    """One partition whose actor is dead for good and whose replacement never comes."""
+class _FailingSource:
+    """One partition whose actor answers its first `answers` calls, then fails every call with
+    `error`; its replacement never comes."""
 
-    def __init__(self) -> None:
-        self.dead = SimpleNamespace(run=SimpleNamespace(remote=lambda *args: _Ref(ActorDiedError())))
+    def __init__(self, error: BaseException, answers: int = 0) -> None:
+        self.calls = 0
+        self.answers = answers
+        self.error = error
+        self.actor = SimpleNamespace(run=SimpleNamespace(remote=self._run))
         self.replaced = 0
 
+    def _run(self, *args: Any) -> _Ref:
+        self.calls += 1
+        return _Ref([] if self.calls <= self.answers else self.error)
+
     def handle(self, index: int) -> Any:
-        return self.dead
+        return self.actor
 
     async def replace(self, index: int) -> None:
         self.replaced += 1
@@ -125,7 +136,7 @@ class _DeadSource:
 
 
 def test_a_call_on_a_handle_already_found_dead_did_not_reach_its_partition() -> None:
-    source = _DeadSource()
+    source = _FailingSource(ActorDiedError())
     channel = RayChannel(1, source)
 
     async def failures() -> list[PartitionUnavailable]:
@@ -142,46 +153,10 @@ def test_a_call_on_a_handle_already_found_dead_did_not_reach_its_partition() -> 
     assert source.replaced == 2
 
 
-class _Answered:
-    """An actor call's object ref that answered `value`."""
-
-    def __init__(self, value: Any) -> None:
-        self.value = value
-
-    def future(self) -> concurrent.futures.Future[Any]:
-        answered: concurrent.futures.Future[Any] = concurrent.futures.Future()
-        answered.set_result(self.value)
-        return answered
-
-
-class _StrandedSource:
-    """One partition whose actor answers its first `answers` calls, then has nowhere to run (Ray
-    cannot make it again on its lost node)."""
-
-    def __init__(self, answers: int) -> None:
-        self.calls = 0
-        self.answers = answers
-        self.actor = SimpleNamespace(run=SimpleNamespace(remote=self._run))
-
-    def _run(self, *args: Any) -> Any:
-        self.calls += 1
-        if self.calls <= self.answers:
-            return _Answered([])
-        return _Ref(ActorUnschedulableError("The node specified via NodeAffinitySchedulingStrategy doesn't exist"))
-
-    def handle(self, index: int) -> Any:
-        return self.actor
-
-    async def replace(self, index: int) -> None:
-        pass
-
-    async def refresh(self, index: int) -> None:
-        pass
-
-
 @pytest.mark.parametrize("answered_before", [False, True])
 def test_an_unschedulable_actor_that_ran_before_may_have_run_the_call_under_way(answered_before: bool) -> None:
-    channel = RayChannel(1, _StrandedSource(answers=1 if answered_before else 0))
+    unschedulable = ActorUnschedulableError("The node specified via NodeAffinitySchedulingStrategy doesn't exist")
+    channel = RayChannel(1, _FailingSource(unschedulable, answers=1 if answered_before else 0))
 
     async def failures() -> list[PartitionUnavailable]:
         if answered_before:
