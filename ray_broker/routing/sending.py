@@ -127,8 +127,6 @@ class Sends:
             if seqs is not None:
                 self.place(result, part.indexes, seqs, plan.entity, reached)
                 return
-            logger.warning("partition %d of %r stayed unavailable after a send that may have reached it; the batch "
-                           "goes to another partition, where it may be stored a second time", reached, plan.entity)
         while True:
             order = reach.health.order([(part.start + j) % count for j in range(count)], reach.clock())
             for k in order:
@@ -142,10 +140,6 @@ class Sends:
                     if exc.reached and part.tag is not None and not doubted:
                         doubted = True
                         seqs = await self._settle_doubt(k, call, deadline)
-                        if seqs is None:
-                            logger.warning("partition %d of %r stayed unavailable after a send that may have "
-                                           "reached it (%s); the batch goes to another partition, where it may be "
-                                           "stored a second time", k, plan.entity, exc.reason)
                     if seqs is None:
                         if reach.health.failing_for(k, reach.clock()) >= UNKEYED_SETTLE_S:
                             reach.health.hold_away(k, reach.clock())
@@ -172,6 +166,9 @@ class Sends:
                 return seqs  # type: ignore[no-any-return]
             except PartitionUnavailable:
                 continue
+        logger.warning("partition %d of %r stayed unavailable after a send that may have reached it; the batch "
+                       "goes to another partition if time allows, where it may be stored a second time", k,
+                       call.entity)
         return None
 
     async def commit_transaction(self, index: int, transaction_id: str, deadline: float,

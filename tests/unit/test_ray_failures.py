@@ -135,19 +135,26 @@ class _FailingSource:
         pass
 
 
-def test_a_call_on_a_handle_already_found_dead_did_not_reach_its_partition() -> None:
-    source = _FailingSource(ActorDiedError())
+def failures_after(source: _FailingSource, calls: int = 2) -> list[PartitionUnavailable]:
+    """The failures of `calls` calls through a channel over `source`, after the calls it answers."""
     channel = RayChannel(1, source)
 
-    async def failures() -> list[PartitionUnavailable]:
+    async def run() -> list[PartitionUnavailable]:
+        for _ in range(source.answers):
+            await channel.call(0, [ListEntities()], 5.0)
         caught = []
-        for _ in range(2):
+        for _ in range(calls):
             with pytest.raises(PartitionUnavailable) as failure:
                 await channel.call(0, [ListEntities()], 5.0)
             caught.append(failure.value)
         return caught
 
-    first, second = asyncio.run(failures())
+    return asyncio.run(run())
+
+
+def test_a_call_on_a_handle_already_found_dead_did_not_reach_its_partition() -> None:
+    source = _FailingSource(ActorDiedError())
+    first, second = failures_after(source)
     assert first.reached, "the actor may have died running the first call"
     assert not second.reached, "Ray sends nothing to an actor it knows is dead"
     assert source.replaced == 2
@@ -156,19 +163,7 @@ def test_a_call_on_a_handle_already_found_dead_did_not_reach_its_partition() -> 
 @pytest.mark.parametrize("answered_before", [False, True])
 def test_an_unschedulable_actor_that_ran_before_may_have_run_the_call_under_way(answered_before: bool) -> None:
     unschedulable = ActorUnschedulableError("The node specified via NodeAffinitySchedulingStrategy doesn't exist")
-    channel = RayChannel(1, _FailingSource(unschedulable, answers=1 if answered_before else 0))
-
-    async def failures() -> list[PartitionUnavailable]:
-        if answered_before:
-            await channel.call(0, [ListEntities()], 5.0)
-        caught = []
-        for _ in range(2):
-            with pytest.raises(PartitionUnavailable) as failure:
-                await channel.call(0, [ListEntities()], 5.0)
-            caught.append(failure.value)
-        return caught
-
-    first, second = asyncio.run(failures())
+    first, second = failures_after(_FailingSource(unschedulable, answers=1 if answered_before else 0))
     assert first.reached is answered_before, \
         "an actor that ran may have run the call before its node went; one that never ran did not"
     assert not second.reached, "once found dead, Ray sends nothing to it"
