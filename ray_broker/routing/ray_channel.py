@@ -119,6 +119,12 @@ class TableHandles:
         self._table = await self._gateway.call_async("routing_table", timeout=60.0)
 
 
+def actor_identity(handle: Any) -> Any:
+    """What tells actors apart across handle objects: a Ray actor handle's actor id (every routing
+    table fetch makes new handle objects for the same actors), or the object itself."""
+    return getattr(handle, "_actor_id", handle)
+
+
 class HandleSource(Protocol):
     """Where a channel gets partition actor handles."""
 
@@ -147,9 +153,9 @@ class RayChannel:
         self.partition_count = partition_count
         self.source = source
         self._dead: dict[int, Any] = {}
-        """Each partition's handle last found dead for good: Ray sends no call on it."""
+        """Each partition's actor (`actor_identity`) last found dead for good: Ray sends no call on it."""
         self._answered: dict[int, Any] = {}
-        """Each partition's handle that last answered a call: its actor was placed and ran."""
+        """Each partition's actor (`actor_identity`) that last answered a call: it was placed and ran."""
 
     def _submit(self, index: int, calls: Sequence[PartitionRequest]) -> tuple[Any, Any]:
         """Send `calls` to partition `index`, encoded (`wire.encode`): the handle used, and the
@@ -185,7 +191,7 @@ class RayChannel:
             handle, ref = submitted
             try:
                 value = ray.get(ref, timeout=max(deadline - time.monotonic(), 0.001))
-                self._answered[index] = handle
+                self._answered[index] = actor_identity(handle)
                 outcomes.append(self._results(calls, value))
             except RayError as exc:
                 outcomes.append(self._failure(index, handle, ref, exc))
@@ -199,10 +205,11 @@ class RayChannel:
         error = classify_ray_failure(index, exc)
         if not isinstance(error, PartitionUnavailable):
             return error
-        if error.reached and self._dead.get(index) is handle:
+        actor = actor_identity(handle)
+        if error.reached and self._dead.get(index) == actor:
             return PartitionUnavailable(index, error.reason, reached=False)
-        if not error.reached and isinstance(exc, UNPLACEABLE) and self._answered.get(index) is handle \
-                and self._dead.get(index) is not handle:
+        if not error.reached and isinstance(exc, UNPLACEABLE) and self._answered.get(index) == actor \
+                and self._dead.get(index) != actor:
             return PartitionUnavailable(index, error.reason, reached=True)
         return error
 
@@ -245,7 +252,7 @@ class RayChannel:
         except (RayError, asyncio.TimeoutError) as exc:
             if isinstance(exc, GONE_FOR_GOOD) and not isinstance(exc, RayTaskError):
                 error = self._classify(index, handle, exc)
-                self._dead[index] = handle
+                self._dead[index] = actor_identity(handle)
                 await self.source.replace(index)
                 raise error from None
             if isinstance(exc, RayTaskError) and isinstance(unwrap_remote_error(exc), NotLeaderError):
@@ -254,5 +261,5 @@ class RayChannel:
             if isinstance(exc, (asyncio.TimeoutError, ActorUnavailableError)):
                 await self.source.refresh(index)
             raise self._failure(index, handle, ref, exc) from None
-        self._answered[index] = handle
+        self._answered[index] = actor_identity(handle)
         return value

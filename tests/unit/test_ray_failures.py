@@ -112,21 +112,26 @@ class _Ref:
 
 class _FailingSource:
     """One partition whose actor answers its first `answers` calls, then fails every call with
-    `error`; its replacement never comes."""
+    `error`; its replacement never comes. With `new_handles`, every handle asked for is a new
+    object for the same actor, as after each routing table fetch."""
 
-    def __init__(self, error: BaseException, answers: int = 0) -> None:
+    def __init__(self, error: BaseException, answers: int = 0, new_handles: bool = False) -> None:
         self.calls = 0
         self.answers = answers
         self.error = error
-        self.actor = SimpleNamespace(run=SimpleNamespace(remote=self._run))
+        self.new_handles = new_handles
+        self.actor = self._new_handle()
         self.replaced = 0
+
+    def _new_handle(self) -> SimpleNamespace:
+        return SimpleNamespace(run=SimpleNamespace(remote=self._run), _actor_id="actor-0")
 
     def _run(self, *args: Any) -> _Ref:
         self.calls += 1
         return _Ref([] if self.calls <= self.answers else self.error)
 
     def handle(self, index: int) -> Any:
-        return self.actor
+        return self._new_handle() if self.new_handles else self.actor
 
     async def replace(self, index: int) -> None:
         self.replaced += 1
@@ -152,18 +157,22 @@ def failures_after(source: _FailingSource, calls: int = 2) -> list[PartitionUnav
     return asyncio.run(run())
 
 
-def test_a_call_on_a_handle_already_found_dead_did_not_reach_its_partition() -> None:
-    source = _FailingSource(ActorDiedError())
+@pytest.mark.parametrize("new_handles", [False, True], ids=["same-handle", "table-reloaded"])
+def test_a_call_on_a_handle_already_found_dead_did_not_reach_its_partition(new_handles: bool) -> None:
+    source = _FailingSource(ActorDiedError(), new_handles=new_handles)
     first, second = failures_after(source)
     assert first.reached, "the actor may have died running the first call"
     assert not second.reached, "Ray sends nothing to an actor it knows is dead"
     assert source.replaced == 2
 
 
+@pytest.mark.parametrize("new_handles", [False, True], ids=["same-handle", "table-reloaded"])
 @pytest.mark.parametrize("answered_before", [False, True])
-def test_an_unschedulable_actor_that_ran_before_may_have_run_the_call_under_way(answered_before: bool) -> None:
+def test_an_unschedulable_actor_that_ran_before_may_have_run_the_call_under_way(answered_before: bool,
+                                                                              new_handles: bool) -> None:
     unschedulable = ActorUnschedulableError("The node specified via NodeAffinitySchedulingStrategy doesn't exist")
-    first, second = failures_after(_FailingSource(unschedulable, answers=1 if answered_before else 0))
+    source = _FailingSource(unschedulable, answers=1 if answered_before else 0, new_handles=new_handles)
+    first, second = failures_after(source)
     assert first.reached is answered_before, \
         "an actor that ran may have run the call before its node went; one that never ran did not"
     assert not second.reached, "once found dead, Ray sends nothing to it"
