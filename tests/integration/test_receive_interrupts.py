@@ -76,7 +76,7 @@ def test_ctrl_c_ends_a_waiting_cli_receive_at_once_and_it_takes_no_message(names
     target = [queue_name, "-n", namespace.name, "--address", local_address()]
     before = waiting_receives(namespace)
     receive = subprocess.Popen([*CLI, "receive", *target, "--wait", "60"], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
+                               stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONFAULTHANDLER": "1"})
     try:
         deadline = time.monotonic() + 120
         while waiting_receives(namespace) == before and time.monotonic() < deadline:
@@ -85,14 +85,25 @@ def test_ctrl_c_ends_a_waiting_cli_receive_at_once_and_it_takes_no_message(names
         assert receive.poll() is None, receive.communicate()
         receive.send_signal(signal.SIGINT)
         interrupted = time.monotonic()
-        out, err = receive.communicate(timeout=30)
-        assert time.monotonic() - interrupted < 3.0
+        out, err = ended_or_traced(receive, 30)
+        assert time.monotonic() - interrupted < 3.0, err
     finally:
         if receive.poll() is None:
             receive.kill()
     assert receive.returncode == 130, err
     assert err.strip().splitlines()[-1:] == ["error: interrupted"], (out, err)
     assert received_at_once(namespace, queue_name) == [1]
+
+
+def ended_or_traced(process: subprocess.Popen[str], timeout: float) -> tuple[str, str]:
+    """The output of `process` once it ends within `timeout`; if it does not, its threads' Python
+    stacks (SIGABRT to a process run with PYTHONFAULTHANDLER=1) in the failure."""
+    try:
+        return process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.send_signal(signal.SIGABRT)
+        out, err = process.communicate(timeout=30)
+        pytest.fail(f"still running {timeout:.0f} s after Ctrl-C; its stacks:\n{err}\n{out}")
 
 
 WAITING_DRIVER = """
