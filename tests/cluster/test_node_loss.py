@@ -7,7 +7,8 @@ brings its partitions back, on it, with every message they held. Partitions plac
 resume. Gateways run one per node.
 
 The cluster (`ray.cluster_utils.Cluster`) runs once for the module, in a process of its own
-(`node_loss_run`), since this one may already be attached to the test session's Ray.
+(`node_loss_run`) started in the background (`conftest.py`), since this one may already be attached
+to the test session's Ray.
 """
 from __future__ import annotations
 
@@ -16,15 +17,14 @@ from typing import Any
 import pytest
 
 from .node_loss_run import ASYNC_EVERY, BATCHES_AFTER_LOSS, PER_BATCH, SINK_EVERY
-from .scenario import observe
+from .scenario import Scenario
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(700)]
 
 
-@pytest.fixture(scope="module")
-def observed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """What the node-loss scenario observed (one cluster for every test here)."""
-    return observe("tests.cluster.node_loss_run", tmp_path_factory.mktemp("nodes"), timeout=660)
+def cluster_scenario(long_run: bool) -> Scenario:
+    """The node-loss scenario (one cluster for every test here)."""
+    return Scenario("tests.cluster.node_loss_run", timeout=660)
 
 
 def test_a_lost_node_takes_only_its_partitions_away_and_brings_them_back(observed: dict[str, Any]) -> None:

@@ -10,17 +10,23 @@ from typing import Any
 import pytest
 
 from .replicated_chaos_run import CI_MESSAGES
-from .scenario import observe
+from .scenario import Scenario
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(4 * 3600)]
 LONG_MESSAGES = 100_000
 
 
-def test_losing_and_adding_nodes_under_load_loses_nothing(tmp_path_factory: pytest.TempPathFactory,
-                                                          long_run: bool) -> None:
-    total = LONG_MESSAGES if long_run else CI_MESSAGES
-    observed: dict[str, Any] = observe("tests.cluster.replicated_chaos_run", tmp_path_factory.mktemp("chaos"),
-                                       4 * 3600 if long_run else 600, str(total))
+def messages(long_run: bool) -> int:
+    return LONG_MESSAGES if long_run else CI_MESSAGES
+
+
+def cluster_scenario(long_run: bool) -> Scenario:
+    """The replicated chaos run, CI-sized or (`--long`) long."""
+    return Scenario("tests.cluster.replicated_chaos_run", 4 * 3600 if long_run else 600, (str(messages(long_run)),))
+
+
+def test_losing_and_adding_nodes_under_load_loses_nothing(observed: dict[str, Any], long_run: bool) -> None:
+    total = messages(long_run)
     summary = {k: observed[k] for k in ("duration_s", "node_losses", "stats")}
     assert not observed["failures"] and not observed["hung_threads"], observed
     assert observed["finished"], (observed["outstanding"], observed["leftovers"], summary)

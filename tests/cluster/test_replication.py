@@ -8,7 +8,8 @@ leader are still locked on the new one, lost replicas are made again and catch u
 ends holding the same rows, and every message is received exactly once.
 
 The cluster (`ray.cluster_utils.Cluster`) runs once for the module, in a process of its own
-(`replication_run`), since this one may already be attached to the test session's Ray.
+(`replication_run`) started in the background (`conftest.py`), since this one may already be
+attached to the test session's Ray.
 """
 from __future__ import annotations
 
@@ -17,15 +18,14 @@ from typing import Any
 import pytest
 
 from .replication_run import HELD, PARTITIONS, REPLICAS
-from .scenario import observe
+from .scenario import Scenario
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(400)]
 
 
-@pytest.fixture(scope="module")
-def observed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """What the replication scenario observed (one cluster for every test here)."""
-    return observe("tests.cluster.replication_run", tmp_path_factory.mktemp("replicas"), 360)
+def cluster_scenario(long_run: bool) -> Scenario:
+    """The replication scenario (one cluster for every test here)."""
+    return Scenario("tests.cluster.replication_run", timeout=360)
 
 
 def test_more_replicas_than_nodes_is_refused_naming_the_nodes_needed(observed: dict[str, Any]) -> None:
