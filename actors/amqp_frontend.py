@@ -1,15 +1,20 @@
-"""The AMQP front-end actor: serves a namespace's AMQP 1.0 port to the Azure Service Bus SDKs.
+"""The AMQP front-end actor: serves a namespace's AMQP 1.0 port to the Azure Service Bus SDKs,
+and on the same port the management API (ATOM over HTTPS, or plain HTTP) of their administration
+clients.
 
-A thin shell: it listens with asyncio on the actor's event loop, and hands each accepted
-connection to `ray_broker.amqp.connection.AmqpConnection`, which drives a proton engine and calls
-the broker through the namespace's async client (the same routing as every Python client).
+A thin shell: it listens with asyncio on the actor's event loop
+(`ray_broker.management_http.listener`, which tells each connection's protocol from its first
+bytes), and hands each AMQP connection to `ray_broker.amqp.connection.AmqpConnection`, which drives
+a proton engine, and each HTTP one to `ray_broker.management_http`; both call the broker through
+the namespace's async client (the same routing as every Python client).
 """
 from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -18,6 +23,9 @@ from ray_broker.aio.handle import Namespace
 from ray_broker.config import RAY_NAMESPACE, NamespaceConfig
 
 from .handles import find_actor
+
+if TYPE_CHECKING:
+    from ray_broker.management_http.listener import SniffingListener
 
 logger = logging.getLogger("ray_broker.amqp")
 
@@ -34,15 +42,29 @@ class AmqpFrontend:
 
     def __init__(self, config: dict[str, Any]) -> None:
         self._config = NamespaceConfig(**config)
-        self._server: asyncio.Server | None = None
+        self._listener: SniffingListener | None = None
+        self._port = 0
 
     async def serve(self) -> int:
         """Start listening (once) and return the port; every connection calls the broker through
-        one async client handle, made here on the actor's event loop."""
-        if self._server is None:
-            self._server = await asyncio.start_server(partial(self._accept, Namespace(self._config)), LISTEN_HOST,
-                                                      self._config.amqp_port, reuse_address=True)
-        return int(self._server.sockets[0].getsockname()[1])
+        one async client handle, made here on the actor's event loop. The TLS certificate is made
+        first if the namespace has none yet (see `ray_broker.management_http.certificate`)."""
+        # cryptography and h11, like python-qpid-proton, come with the `amqp` extra
+        from ray_broker.management_http.certificate import certificate_dir, ensure_certificate, server_context
+        from ray_broker.management_http.http import serve_http
+        from ray_broker.management_http.listener import SniffingListener
+        from ray_broker.management_http.service import ManagementService
+
+        if self._listener is None:
+            config = self._config
+            namespace = Namespace(config)
+            names = (socket.gethostname(), ray.util.get_node_ip_address())
+            tls = server_context(*ensure_certificate(certificate_dir(config.name, config.data_dir), config.name, names))
+            service = ManagementService(namespace, config.shared_access_keys())
+            http = partial(serve_http, handler=service.handle, default_host=f"localhost:{config.amqp_port}")
+            self._listener = SniffingListener(partial(self._accept, namespace), http, tls)
+            self._port = await self._listener.listen(LISTEN_HOST, config.amqp_port or 0)
+        return self._port
 
     async def _accept(self, namespace: Namespace, reader: asyncio.StreamReader,
                       writer: asyncio.StreamWriter) -> None:

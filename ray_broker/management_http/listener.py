@@ -1,0 +1,115 @@
+"""One port, three protocols: accepts connections, peeks at their first bytes (without taking them)
+and hands each to the AMQP engine, to HTTP over TLS, or to plain HTTP.
+
+The peek (`MSG_PEEK`) leaves the bytes in the socket, so the TLS handshake and the AMQP engine
+read the connection from its first byte, through the same asyncio streams `asyncio.start_server`
+would give them.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import ssl
+from typing import Awaitable, Callable
+
+from .sniff import SNIFF_BYTES, WireProtocol, sniff
+
+logger = logging.getLogger("ray_broker.amqp")
+
+StreamHandler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+"""What serves one accepted connection."""
+SNIFF_TIMEOUT_S = 30.0
+"""How long a new connection may stay silent before it is closed (every client here speaks first)."""
+TLS_HANDSHAKE_TIMEOUT_S = 30.0
+BACKLOG = 512
+
+
+async def _first_bytes(sock: socket.socket) -> bytes:
+    """The connection's first bytes, left in the socket; b"" if it closed before sending any."""
+    loop = asyncio.get_running_loop()
+    readable = loop.create_future()
+    loop.add_reader(sock.fileno(), lambda: readable.done() or readable.set_result(None))
+    try:
+        await asyncio.wait_for(readable, SNIFF_TIMEOUT_S)
+    finally:
+        loop.remove_reader(sock.fileno())
+    return sock.recv(SNIFF_BYTES, socket.MSG_PEEK)
+
+
+async def open_streams(sock: socket.socket,
+                       tls: ssl.SSLContext | None = None) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """Asyncio streams on an accepted socket, over TLS (handshake done) when `tls` is given."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    protocol = asyncio.StreamReaderProtocol(reader)
+    transport, _ = await loop.connect_accepted_socket(
+        lambda: protocol, sock, ssl=tls, ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S if tls else None)
+    return reader, asyncio.StreamWriter(transport, protocol, reader, loop)
+
+
+class SniffingListener:
+    """Serves a port: AMQP connections go to `amqp`, HTTP ones (over TLS with `tls`, or plain) to
+    `http`. A connection that fails is closed and logged; the listener keeps serving.
+
+    Args:
+        amqp: serves an AMQP connection.
+        http: serves an HTTP/1.1 connection (TLS already undone).
+        tls: the TLS server context.
+    """
+
+    def __init__(self, amqp: StreamHandler, http: StreamHandler, tls: ssl.SSLContext) -> None:
+        self._handlers = {WireProtocol.AMQP: amqp, WireProtocol.HTTP: http, WireProtocol.TLS: http}
+        self._tls = tls
+        self._socket: socket.socket | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def listen(self, host: str, port: int) -> int:
+        """Start listening on `host:port` (0 for any free port) and return the port."""
+        sock = socket.create_server((host, port), backlog=BACKLOG)
+        sock.setblocking(False)
+        self._socket = sock
+        self._spawn(self._accept_loop(sock))
+        return int(sock.getsockname()[1])
+
+    def _spawn(self, work: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _accept_loop(self, listening: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                sock, _ = await loop.sock_accept(listening)
+            except OSError:
+                logger.exception("front end: accepting a connection failed")
+                await asyncio.sleep(0.1)
+                continue
+            sock.setblocking(False)
+            self._spawn(self._serve(sock))
+
+    async def _serve(self, sock: socket.socket) -> None:
+        try:
+            head = await _first_bytes(sock)
+            if not head:
+                sock.close()
+                return
+            protocol = sniff(head)
+            reader, writer = await open_streams(sock, self._tls if protocol is WireProtocol.TLS else None)
+        except (OSError, asyncio.TimeoutError, ssl.SSLError) as exc:
+            logger.info("front end: a connection closed before it was served: %r", exc)
+            sock.close()
+            return
+        try:
+            await self._handlers[protocol](reader, writer)
+        except Exception:  # noqa: BLE001 - one connection's failure never stops the listener
+            logger.exception("front end: a %s connection failed", protocol.value)
+            writer.close()
+
+    def close(self) -> None:
+        """Stop listening and end every connection's work."""
+        if self._socket is not None:
+            self._socket.close()
+        for task in list(self._tasks):
+            task.cancel()

@@ -1,0 +1,215 @@
+"""The management API's XML: durations, entity descriptions and rules both ways, each read back by
+the azure-servicebus SDK's own models, and every property the broker cannot honour refused."""
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from azure.servicebus.management import QueueProperties as SdkQueueProperties
+from azure.servicebus.management import QueueRuntimeProperties as SdkQueueRuntimeProperties
+from azure.servicebus.management import RuleProperties as SdkRuleProperties
+from azure.servicebus.management import SubscriptionProperties as SdkSubscriptionProperties
+from azure.servicebus.management import TopicRuntimeProperties as SdkTopicRuntimeProperties
+from azure.servicebus.management._generated.models import (
+    QueueDescriptionEntry,
+    RuleDescriptionEntry,
+    SubscriptionDescriptionEntry,
+    TopicDescriptionEntry,
+)
+from azure.servicebus.management._utils import deserialize_rule_key_values
+
+from ray_broker.entities import (
+    QUEUE_DEFAULTS,
+    SUBSCRIPTION_DEFAULTS,
+    TOPIC_DEFAULTS,
+    QueueProperties,
+    QueueRuntimeProperties,
+    SubscriptionProperties,
+    TopicProperties,
+    TopicRuntimeProperties,
+)
+from ray_broker.errors import InvalidArgumentError
+from ray_broker.filters import CorrelationFilter, FalseFilter, RuleProperties, SqlFilter, SqlRuleAction, TrueFilter
+from ray_broker.management_http import atom
+from ray_broker.management_http.descriptions import (
+    QUEUE,
+    SUBSCRIPTION,
+    TOPIC,
+    message_size_fixed,
+    read_options,
+    replacement,
+    write_description,
+)
+from ray_broker.management_http.durations import NEVER, format_duration, parse_duration
+from ray_broker.management_http.rules import read_rule, write_rule
+
+HOST = "localhost:5671"
+BASE = f"https://{HOST}"
+KB = message_size_fixed(256)
+CREATED = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+
+
+def as_entry(name: str, description: ET.Element) -> ET.Element:
+    """The entry the server sends, parsed back as a client would."""
+    return ET.fromstring(atom.to_bytes(atom.entry(BASE, name, name, description, CREATED)))
+
+
+def request_body(description: ET.Element) -> bytes:
+    entry = ET.Element(atom.atom("entry"))
+    ET.SubElement(entry, atom.atom("content"), type="application/xml").append(description)
+    return atom.to_bytes(entry)
+
+
+@pytest.mark.parametrize("seconds,text", [(30, "PT30S"), (600, "PT10M"), (86_400, "P1D"), (3_661, "PT1H1M1S"),
+                                          (0.5, "PT0.5S"), (0, "PT0S"), (None, NEVER)])
+def test_durations_both_ways(seconds: float | None, text: str) -> None:
+    assert format_duration(seconds) == text
+    assert parse_duration(text, "x") == seconds
+
+
+@pytest.mark.parametrize("text", ["", "P", "PT", "P1Y", "P1M", "1 day", "PT-5S", "P1DT"])
+def test_bad_durations_are_refused_naming_the_property(text: str) -> None:
+    with pytest.raises(InvalidArgumentError, match="lock_duration"):
+        parse_duration(text, "lock_duration")
+
+
+def test_a_queue_description_reads_in_the_sdk_with_runtime_counts() -> None:
+    queue = QueueProperties("orders", enable_partitioning=True, lock_duration=timedelta(seconds=30),
+                            max_delivery_count=7, forward_to="archive", user_metadata="m", created_at_utc=CREATED)
+    runtime = QueueRuntimeProperties("orders", active_message_count=3, dead_letter_message_count=1,
+                                     scheduled_message_count=2, total_message_count=6, size_in_bytes=99)
+    entry = QueueDescriptionEntry.deserialize(as_entry("orders", write_description(QUEUE, queue, HOST, (KB,), runtime)))
+    sdk = SdkQueueProperties._from_internal_entity("orders", entry.content.queue_description)
+    assert (sdk.enable_partitioning, sdk.lock_duration, sdk.max_delivery_count) == (True, timedelta(seconds=30), 7)
+    assert sdk.forward_to == f"sb://{HOST}/archive" and sdk.user_metadata == "m"
+    assert sdk.max_message_size_in_kilobytes == 256 and sdk.enable_batched_operations is True
+    assert sdk.auto_delete_on_idle == sdk.default_message_time_to_live == timedelta(days=10_675_199, seconds=10_085,
+                                                                                    microseconds=477_581)
+    counts = SdkQueueRuntimeProperties._from_internal_entity("orders", entry.content.queue_description)
+    assert (counts.active_message_count, counts.dead_letter_message_count, counts.scheduled_message_count,
+            counts.total_message_count, counts.size_in_bytes) == (3, 1, 2, 6, 99)
+    assert counts.created_at_utc == CREATED
+
+
+def test_what_the_server_writes_reads_back_as_the_same_options() -> None:
+    queue = QueueProperties("orders", requires_session=True, default_message_time_to_live=timedelta(hours=2),
+                            duplicate_detection_history_time_window=timedelta(minutes=3),
+                            forward_dead_lettered_messages_to="dlq-target", status="SendDisabled")
+    description = atom.entry_content(request_body(write_description(QUEUE, queue, HOST, (KB,))),
+                                     ["QueueDescription"])
+    written = {option: value for option, value in queue.changes().items() if value is not None}
+    assert read_options(QUEUE, description, (KB,)) == {**written, "default_message_time_to_live": timedelta(hours=2)}
+    assert written["forward_dead_lettered_messages_to"] == "dlq-target" and "forward_to" not in written
+
+
+def test_topic_and_subscription_descriptions_read_in_the_sdk() -> None:
+    topic = TopicProperties("news", max_size_in_megabytes=2048, created_at_utc=CREATED)
+    runtime = TopicRuntimeProperties("news", scheduled_message_count=4, subscription_count=2)
+    entry = TopicDescriptionEntry.deserialize(as_entry("news", write_description(TOPIC, topic, HOST, (KB,), runtime)))
+    counts = SdkTopicRuntimeProperties._from_internal_entity("news", entry.content.topic_description)
+    assert (counts.subscription_count, counts.scheduled_message_count) == (2, 4)
+    assert entry.content.topic_description.max_size_in_megabytes == 2048
+    subscription = SubscriptionProperties("s", topic_name="news", max_delivery_count=4,
+                                          dead_lettering_on_filter_evaluation_exceptions=False)
+    entry = SubscriptionDescriptionEntry.deserialize(as_entry("news/subscriptions/s",
+                                                              write_description(SUBSCRIPTION, subscription, HOST)))
+    sdk = SdkSubscriptionProperties._from_internal_entity("s", entry.content.subscription_description)
+    assert (sdk.max_delivery_count, sdk.dead_lettering_on_filter_evaluation_exceptions) == (4, False)
+
+
+def description(kind: str, **children: str) -> ET.Element:
+    element = ET.Element(atom.sb(kind))
+    for name, text in children.items():
+        ET.SubElement(element, atom.sb(name)).text = text
+    return element
+
+
+def test_read_only_properties_are_passed_over_and_settings_read() -> None:
+    options = read_options(QUEUE, description("QueueDescription", LockDuration="PT45S", MaxDeliveryCount="4",
+                                              EnablePartitioning="true", MessageCount="12", SizeInBytes="7",
+                                              CreatedAt="2026-01-01T00:00:00Z", EnableBatchedOperations="true",
+                                              AutoDeleteOnIdle=NEVER, ForwardTo="sb://host/target"), (KB,))
+    assert options == {"lock_duration": timedelta(seconds=45), "max_delivery_count": 4, "enable_partitioning": True,
+                       "forward_to": "target"}
+
+
+@pytest.mark.parametrize("element,text,message", [
+    ("AutoDeleteOnIdle", "PT10M", "AutoDeleteOnIdle 'PT10M' is not supported: entities are never deleted"),
+    ("EnableBatchedOperations", "false", "EnableBatchedOperations 'false' is not supported"),
+    ("EnableExpress", "true", "EnableExpress 'true' is not supported"),
+    ("MaxMessageSizeInKilobytes", "1024", "the message size limit is the tier's, 256 KB"),
+    ("Colour", "blue", "Colour is not a property of a QueueDescription"),
+    ("MaxDeliveryCount", "many", "MaxDeliveryCount must be a whole number"),
+    ("RequiresSession", "yes", "RequiresSession must be true or false"),
+])
+def test_what_the_broker_cannot_honour_is_refused_saying_what(element: str, text: str, message: str) -> None:
+    with pytest.raises(InvalidArgumentError, match=message):
+        read_options(QUEUE, description("QueueDescription", **{element: text}), (KB,))
+
+
+def test_authorization_rules_on_an_entity_are_refused() -> None:
+    element = description("TopicDescription")
+    rules = ET.SubElement(element, atom.sb("AuthorizationRules"))
+    assert read_options(TOPIC, element, (KB,)) == {}
+    ET.SubElement(rules, atom.sb("AuthorizationRule"))
+    with pytest.raises(InvalidArgumentError, match="AuthorizationRules on an entity are not supported"):
+        read_options(TOPIC, element, (KB,))
+
+
+def test_a_body_that_is_no_entry_is_refused() -> None:
+    with pytest.raises(InvalidArgumentError, match="not well-formed XML"):
+        atom.entry_content(b"<entry", ["QueueDescription"])
+    with pytest.raises(InvalidArgumentError, match="QueueDescription"):
+        atom.entry_content(request_body(description("TopicDescription")), ["QueueDescription"])
+
+
+RULES = [
+    RuleProperties("sql", SqlFilter("priority > @low AND region = @r", {"@low": 3, "@r": "eu"}),
+                   SqlRuleAction("SET lane = @lane", {"@lane": "fast"})),
+    RuleProperties("corr", CorrelationFilter(correlation_id="c", subject="urgent", session_id="s",
+                                             properties={"n": 5, "f": 1.5, "b": True, "s": "x"})),
+    RuleProperties("yes", TrueFilter()),
+    RuleProperties("no", FalseFilter(), SqlRuleAction("REMOVE tmp")),
+]
+
+
+@pytest.mark.parametrize("rule", RULES, ids=lambda r: r.name)
+def test_rules_round_trip_and_read_in_the_sdk(rule: RuleProperties) -> None:
+    entry_element = as_entry(rule.name, write_rule(rule))
+    assert read_rule(entry_element.find(f"{atom.atom('content')}/{atom.sb('RuleDescription')}"), rule.name) == rule
+    entry = RuleDescriptionEntry.deserialize(entry_element)
+    sdk = SdkRuleProperties._from_internal_entity(rule.name, entry.content.rule_description)
+    deserialize_rule_key_values(entry_element, sdk)
+    if isinstance(rule.filter, CorrelationFilter):
+        assert (sdk.filter.correlation_id, sdk.filter.label, sdk.filter.properties) == \
+            ("c", "urgent", {"n": 5, "f": 1.5, "b": True, "s": "x"})
+    else:
+        assert sdk.filter.sql_expression == rule.filter.sql_expression
+        assert type(sdk.filter).__name__.replace("RuleFilter", "") == type(rule.filter).__name__.replace("Filter", "")
+    assert (sdk.action is None) == (rule.action is None)
+
+
+def test_an_unknown_filter_type_or_value_type_is_refused() -> None:
+    element = ET.Element(atom.sb("RuleDescription"))
+    ET.SubElement(element, atom.sb("Filter"), {atom.XSI_TYPE: "RegexFilter"})
+    with pytest.raises(InvalidArgumentError, match="filter type 'RegexFilter' is not supported"):
+        read_rule(element, "r")
+    rule = write_rule(RuleProperties("r", SqlFilter("a = @p", {"@p": 1})))
+    rule.find(f".//{atom.sb('Value')}").set(atom.XSI_TYPE, "d6p1:base64Binary")
+    with pytest.raises(InvalidArgumentError, match="base64Binary"):
+        read_rule(rule, "r")
+
+
+def test_an_update_unsets_what_its_description_leaves_out_that_can_be_unset() -> None:
+    options = read_options(SUBSCRIPTION, description("SubscriptionDescription", MaxDeliveryCount="3"))
+    assert replacement(SUBSCRIPTION, options) == {"max_delivery_count": 3, "default_message_time_to_live": None,
+                                                  "forward_to": None, "forward_dead_lettered_messages_to": None,
+                                                  "user_metadata": None}
+    assert replacement(TOPIC, {"user_metadata": "m"}) == {"default_message_time_to_live": None, "user_metadata": "m"}
+
+
+@pytest.mark.parametrize("kind,defaults", [(QUEUE, QUEUE_DEFAULTS), (TOPIC, TOPIC_DEFAULTS),
+                                           (SUBSCRIPTION, SUBSCRIPTION_DEFAULTS)], ids=lambda k: getattr(k, "element", ""))
+def test_every_broker_option_has_its_setting(kind: object, defaults: dict[str, object]) -> None:
+    assert sorted(s.option for s in kind.settings) == sorted(defaults)  # type: ignore[attr-defined]
