@@ -51,9 +51,11 @@ def test_each_snippet_that_starts_a_namespace_has_its_own_and_deletes_it() -> No
 
 
 def test_snippets_without_a_namespace_of_their_own_start_none() -> None:
+    """Nor do they make entities with the Python client (the administration client's snippet works on
+    the namespace its connection string names, as the SDK's own samples do)."""
     for snippet in python_snippets():
         if not started_namespaces(snippet):
-            assert "rb.start" not in snippet and "create_queue" not in snippet, snippet
+            assert "rb.start" not in snippet and not re.search(r"\bns\.create_queue", snippet), snippet
 
 
 @pytest.mark.ray
