@@ -12,11 +12,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import socket
+import threading
+import time
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import ray
+from ray.exceptions import ActorUnavailableError, GetTimeoutError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from ray_broker.aio.handle import Namespace
@@ -29,12 +33,15 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("ray_broker.amqp")
 
+RELISTEN_WITHIN_S = 60.0
+"""How long a restarted front end keeps trying to start listening again."""
 LISTEN_HOST = "0.0.0.0"
 """Where the front end listens: every interface of its node (tokens guard every link)."""
 
 
 class AmqpFrontend:
-    """Listens on `config.amqp_port` once `serve` is called, until the actor ends.
+    """Listens on `config.amqp_port` once `serve` is called, until the actor ends. Ray restarts
+    it when its process dies, and a restarted front end listens again by itself.
 
     Args:
         config: the namespace's configuration (`NamespaceConfig.to_dict()`).
@@ -44,6 +51,28 @@ class AmqpFrontend:
         self._config = NamespaceConfig(**config)
         self._listener: SniffingListener | None = None
         self._port = 0
+        if ray.get_runtime_context().was_current_actor_reconstructed:
+            threading.Thread(target=self._listen_again, name="amqp-listen-again", daemon=True).start()
+
+    def _listen_again(self) -> None:
+        """After a restart: call `serve` on this actor once it takes calls (a call made while Ray
+        still reports it restarting is tried again)."""
+        me = ray.get_runtime_context().current_actor
+        deadline = time.monotonic() + RELISTEN_WITHIN_S
+        while True:
+            try:
+                ray.get(me.serve.remote(), timeout=RELISTEN_WITHIN_S)
+                return
+            except (ActorUnavailableError, GetTimeoutError):
+                if time.monotonic() > deadline:
+                    logger.error("AMQP front end: restarted, but could not listen again within %s s",
+                                 RELISTEN_WITHIN_S)
+                    return
+                time.sleep(0.2)
+
+    async def pid(self) -> int:
+        """The process id (for operators and failure tests)."""
+        return os.getpid()
 
     async def serve(self) -> int:
         """Start listening (once) and return the port; every connection calls the broker through
@@ -78,13 +107,13 @@ class AmqpFrontend:
 
 def amqp_frontend(config: NamespaceConfig, index: int = 0) -> Any:
     """Get AMQP front end `index` of a namespace, creating it on this node if it does not exist
-    (its port is this machine's, so `localhost` in a connection string reaches it). It is not
-    restarted when its process dies; stopping and starting the namespace makes it again."""
+    (its port is this machine's, so `localhost` in a connection string reaches it). Ray restarts it
+    when its process dies (on this node while it is there), and it listens again on the same port."""
     existing = find_actor(config.amqp_frontend_name(index))
     if existing is not None:
         return existing
     here = NodeAffinitySchedulingStrategy(node_id=ray.get_runtime_context().get_node_id(), soft=True)
     return ray.remote(AmqpFrontend).options(
         name=config.amqp_frontend_name(index), namespace=RAY_NAMESPACE, lifetime="detached", get_if_exists=True,
-        max_restarts=0, max_task_retries=0, num_cpus=0, max_concurrency=10000, scheduling_strategy=here,
+        max_restarts=-1, max_task_retries=0, num_cpus=0, max_concurrency=10000, scheduling_strategy=here,
     ).remote(config.to_dict())

@@ -372,3 +372,30 @@ async def test_a_released_message_comes_back_without_counting_a_delivery(amqp_na
             [again] = await receiver.receive_messages(1)
             assert (again.sequence_number, again.delivery_count) == (message.sequence_number, message.delivery_count)
             await receiver.complete_message(again)
+
+
+def test_a_front_end_whose_process_dies_is_restarted_and_listens_again(amqp_namespace: rb.Namespace, conn_str: str,
+                                                                       queue: str) -> None:
+    import os
+    import signal
+
+    import ray
+
+    frontend = ray.get_actor(amqp_namespace.config.amqp_frontend_name(0), namespace="ray_broker")
+    with ServiceBusClient.from_connection_string(conn_str) as client:
+        with client.get_queue_sender(queue) as sender:
+            sender.send_messages(ServiceBusMessage("sent before the crash"))
+    os.kill(ray.get(frontend.pid.remote(), timeout=30), signal.SIGKILL)
+    deadline, got, failures = time.monotonic() + 60, [], []
+    while not got and time.monotonic() < deadline:
+        try:
+            with ServiceBusClient.from_connection_string(conn_str, retry_total=0) as client:
+                with client.get_queue_receiver(queue, max_wait_time=WAIT_S) as receiver:
+                    got = receiver.receive_messages(max_message_count=1, max_wait_time=WAIT_S)
+                    for message in got:
+                        receiver.complete_message(message)
+        except ServiceBusError as exc:
+            failures.append(type(exc).__name__)
+            time.sleep(0.5)
+    assert [str(m) for m in got] == ["sent before the crash"], failures
+    assert_emptied(amqp_namespace, queue)
