@@ -9,6 +9,9 @@
   front end's resident memory is read before and after.
 - **The SDK's own encoding**: what building and encoding its messages costs the SDK alone, per
   message (no I/O), to show how much of a gap is the client's.
+- **Where the time goes**: every round also reports the CPU time per message, sending and
+  receiving, of the client's process (this one) and of the front end's, from their processes' CPU
+  times (user + system).
 
     python -m benchmarks.amqp_sdk [--batches 100 --batch-size 100 --rounds 3 --connections 200 --per-connection 100]
 """
@@ -67,14 +70,26 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def own_client_round(ns: rb.Namespace, body: bytes, config: AmqpConfig) -> dict[str, float]:
+class CpuClock:
+    """CPU seconds (user + system) used so far by this process and by the front end's."""
+
+    def __init__(self, front_end_pid: int) -> None:
+        self._processes = {"client": psutil.Process(), "front_end": psutil.Process(front_end_pid)}
+
+    def read(self) -> dict[str, float]:
+        """Wall-clock seconds now and each process's CPU seconds so far."""
+        cpu = {name: sum(process.cpu_times()[:2]) for name, process in self._processes.items()}
+        return {"wall": time.perf_counter(), **cpu}
+
+
+def own_client_round(ns: rb.Namespace, body: bytes, config: AmqpConfig, clock: CpuClock) -> dict[str, float]:
     """Send every batch, then receive and complete every message, through the Python client."""
     total = config.batches * config.batch_size
-    began = time.perf_counter()
+    began = clock.read()
     with ns.get_queue_sender(QUEUE) as sender:
         for _ in range(config.batches):
             sender.send_messages([rb.Message(body) for _ in range(config.batch_size)])
-    sent = time.perf_counter()
+    sent = clock.read()
     with ns.get_queue_receiver(QUEUE) as receiver:
         got = 0
         while got < total:
@@ -84,21 +99,21 @@ def own_client_round(ns: rb.Namespace, body: bytes, config: AmqpConfig) -> dict[
             for message in batch:
                 receiver.complete_message(message)
             got += len(batch)
-    return phases(total, began, sent, time.perf_counter())
+    return phases(total, began, sent, clock.read())
 
 
-def sdk_round(conn_str: str, body: bytes, config: AmqpConfig) -> dict[str, float]:
+def sdk_round(conn_str: str, body: bytes, config: AmqpConfig, clock: CpuClock) -> dict[str, float]:
     """The same through the azure-servicebus SDK: batches built with `create_message_batch`."""
     total = config.batches * config.batch_size
     with ServiceBusClient.from_connection_string(conn_str) as client:
-        began = time.perf_counter()
+        began = clock.read()
         with client.get_queue_sender(QUEUE) as sender:
             for _ in range(config.batches):
                 batch = sender.create_message_batch()
                 for _ in range(config.batch_size):
                     batch.add_message(ServiceBusMessage(body))
                 sender.send_messages(batch)
-        sent = time.perf_counter()
+        sent = clock.read()
         with client.get_queue_receiver(QUEUE, max_wait_time=WAIT_S) as receiver:
             got = 0
             while got < total:
@@ -109,13 +124,19 @@ def sdk_round(conn_str: str, body: bytes, config: AmqpConfig) -> dict[str, float
                 for message in batch:
                     receiver.complete_message(message)
                 got += len(batch)
-    return phases(total, began, sent, time.perf_counter())
+    return phases(total, began, sent, clock.read())
 
 
-def phases(total: int, began: float, sent: float, done: float) -> dict[str, float]:
-    """Messages per second sending, receiving (with completes) and over both."""
-    return {"send_per_s": total / (sent - began), "receive_per_s": total / (done - sent),
-            "both_per_s": total / (done - began)}
+def phases(total: int, began: dict[str, float], sent: dict[str, float], done: dict[str, float]) -> dict[str, float]:
+    """Messages per second sending, receiving (with completes) and over both, and each process's
+    CPU microseconds per message sending and receiving (`client_send_cpu_us`, ...)."""
+    figures = {"send_per_s": total / (sent["wall"] - began["wall"]),
+               "receive_per_s": total / (done["wall"] - sent["wall"]),
+               "both_per_s": total / (done["wall"] - began["wall"])}
+    for process in ("client", "front_end"):
+        for phase, start, end in (("send", began, sent), ("receive", sent, done)):
+            figures[f"{process}_{phase}_cpu_us"] = (end[process] - start[process]) / total * 1e6
+    return figures
 
 
 async def many_connections(conn_str: str, body: bytes, config: AmqpConfig) -> dict[str, Any]:
@@ -161,13 +182,17 @@ def encoding_cost(body: bytes, count: int = 10_000) -> dict[str, float]:
     return {"sdk_encode_us_per_msg": round(sdk, 1), "own_envelope_us_per_msg": round(own, 1)}
 
 
-def front_end_rss_mb(ns: rb.Namespace) -> float:
-    """The front-end actor's resident memory, in MB."""
+def front_end_pid(ns: rb.Namespace) -> int:
+    """The process id of the namespace's front-end actor."""
     handle = ray.get_actor(ns.config.amqp_frontend_name(), namespace="ray_broker")
     from ray._private import state
 
-    pid = int(state.actors(actor_id=handle._actor_id.hex())["Pid"])
-    return round(psutil.Process(pid).memory_info().rss / 2 ** 20, 1)
+    return int(state.actors(actor_id=handle._actor_id.hex())["Pid"])
+
+
+def front_end_rss_mb(ns: rb.Namespace) -> float:
+    """The front-end actor's resident memory, in MB."""
+    return round(psutil.Process(front_end_pid(ns)).memory_info().rss / 2 ** 20, 1)
 
 
 def run(config: AmqpConfig) -> dict[str, Any]:
@@ -176,17 +201,20 @@ def run(config: AmqpConfig) -> dict[str, Any]:
     with broker_namespace("amqp-bench", amqp_port=port) as ns:
         ns.create_queue(QUEUE, enable_partitioning=True)
         conn_str = connection_string("localhost", port, ns.config.shared_access_keys()[0])
+        clock = CpuClock(front_end_pid(ns))
         rounds: dict[str, list[dict[str, float]]] = {"ray_broker_client": [], "azure_sdk": []}
         for _ in range(config.rounds):
-            rounds["ray_broker_client"].append(own_client_round(ns, body, config))
-            rounds["azure_sdk"].append(sdk_round(conn_str, body, config))
+            rounds["ray_broker_client"].append(own_client_round(ns, body, config, clock))
+            rounds["azure_sdk"].append(sdk_round(conn_str, body, config, clock))
         figures = {system: {key: round(median([r[key] for r in runs]), 1) for key in runs[0]}
                    for system, runs in rounds.items()}
         for i in range(config.connections):
             ns.create_queue(f"{QUEUE}-{i}")
-        rss_before = front_end_rss_mb(ns)
+        rss_before, cpu_before = front_end_rss_mb(ns), clock.read()["front_end"]
         crowd = asyncio.run(many_connections(conn_str, body, config))
-        crowd.update(rss_before_mb=rss_before, rss_after_mb=front_end_rss_mb(ns))
+        crowd.update(rss_before_mb=rss_before, rss_after_mb=front_end_rss_mb(ns),
+                     front_end_cpu_us_per_msg=round((clock.read()["front_end"] - cpu_before)
+                                                    / max(1, config.connections * config.per_connection) * 1e6, 1))
     sdk, own = figures["azure_sdk"]["both_per_s"], figures["ray_broker_client"]["both_per_s"]
     return {"benchmark": "amqp_sdk", "config": asdict(config), "machine": machine_info(), "figures": figures,
             "sdk_vs_client": round(sdk / own, 2), "many_connections": crowd, "encoding": encoding_cost(body),
@@ -200,10 +228,14 @@ def table(result: dict[str, Any]) -> str:
     crowd = result["many_connections"]
     return "\n\n".join([
         format_table("Messages per second (medians of rounds)", ["client", "send", "receive+complete", "both"], rows),
+        format_table("CPU µs per message (medians of rounds)",
+                     ["client", "client process: send", "receive", "front end: send", "receive"],
+                     [[system, f["client_send_cpu_us"], f["client_receive_cpu_us"], f["front_end_send_cpu_us"],
+                       f["front_end_receive_cpu_us"]] for system, f in result["figures"].items()]),
         format_table("Many SDK connections at once", ["connections", "all messages", "errors", "seconds",
-                                                      "front end RSS before / after (MB)"],
+                                                      "front end RSS before / after (MB)", "front end CPU µs/msg"],
                      [[crowd["connections"], crowd["complete"], crowd["errors"], crowd["seconds"],
-                       f"{crowd['rss_before_mb']} / {crowd['rss_after_mb']}"]]),
+                       f"{crowd['rss_before_mb']} / {crowd['rss_after_mb']}", crowd["front_end_cpu_us_per_msg"]]]),
         format_table("Encoding alone, µs per message", ["azure SDK", "Python client"],
                      [[result["encoding"]["sdk_encode_us_per_msg"], result["encoding"]["own_envelope_us_per_msg"]]]),
         targets_table(result["targets"]),

@@ -18,7 +18,8 @@ What a connection serves:
   outcome the client waits for is echoed once the settlement is checked and buffered, as the
   Python client's own `complete_message` returns: it reaches the partition with the receiver's
   next call or within 50 ms; one that meets an expired lock there only makes the message come
-  back (at least once).
+  back (at least once). The dispositions read in one pass over the engine's events are settled
+  by one task, in the order they came, and their echoes leave in one write.
 - `<entity>/$management`: see `management.py`.
 
 An unknown entity is refused with `amqp:not-found`; bytes that are no AMQP close this connection
@@ -39,7 +40,6 @@ from ..errors import (
     InvalidOperationError,
     MessageLockLostError,
     MessagingEntityNotFoundError,
-    ServiceBusError,
     SessionLockLostError,
     UnauthorizedError,
 )
@@ -66,6 +66,9 @@ INCOMING_CREDIT = 100
 RECEIVE_WAIT_S = 1.0
 """How long one broker receive waits for messages while a client holds credit."""
 MAX_RECEIVE_BATCH = 100
+DELIVERY_SLICE = 25
+"""Messages a receive link sends before the loop serves other connections: with many
+connections at once, each gets its first messages soon instead of after every other's batch."""
 SESSION_WAIT_S = 10.0
 """How long a session receiver's attach waits for a session to lock when the SDK does not say."""
 CBS_OK, CBS_UNAUTHORIZED = 202, 401
@@ -82,6 +85,8 @@ class ReceiveLink:
         self.credit = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
         self.unsettled: dict[Delivery, ReceivedMessage] = {}
+        self.undelivered: list[ReceivedMessage] = []
+        """Messages received from the broker and not yet sent to the client."""
 
 
 class AmqpConnection:
@@ -112,6 +117,8 @@ class AmqpConnection:
         self._receivers: dict[Link, ReceiveLink] = {}
         self._management: dict[Link, ManagementNode] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._outcomes: list[tuple[ReceiveLink, Delivery]] = []
+        """Dispositions of received messages that arrived in this pass over the engine's events."""
         self.locked: dict[uuid.UUID, tuple[Receiver, ReceivedMessage]] = {}
         """Messages this connection's receivers hold locks on, by lock token (for `$management`)."""
         self._closed = False
@@ -135,7 +142,6 @@ class AmqpConnection:
                     self.pump()
                     break
                 self._push(data)
-                self.pump()
                 await self._writer.drain()
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
@@ -147,17 +153,18 @@ class AmqpConnection:
         return None if not self._next_tick else max(0.0, self._next_tick - time.monotonic())
 
     def _push(self, data: bytes) -> None:
-        while data:
+        """Feed bytes read from the socket to the engine, handling its events after each piece it
+        takes (and after bytes it refuses, which close the connection)."""
+        while data and not self._closed:
             room = self.transport.capacity()
             if room <= 0:
                 self._closed = True
-                return
-            try:
-                self.transport.push(data[:room])
-            except Exception:  # noqa: BLE001 - proton reports bad bytes as a transport error event
-                self._closed = True
-                return
-            data = data[room:]
+            else:
+                try:
+                    self.transport.push(data[:room])
+                except Exception:  # noqa: BLE001 - proton reports bad bytes as a transport error event
+                    self._closed = True
+                data = data[room:]
             self.pump()
 
     def pump(self) -> None:
@@ -168,6 +175,9 @@ class AmqpConnection:
             except Exception:  # noqa: BLE001 - one bad event must not kill the connection's loop
                 logger.exception("AMQP front end: handling %s failed", event.type)
             self._collector.pop()
+        if self._outcomes:
+            self.spawn(self._settle_outcomes(self._outcomes))
+            self._outcomes = []
         self._next_tick = self.transport.tick(time.monotonic())
         if self._writer.is_closing():
             return
@@ -199,12 +209,9 @@ class AmqpConnection:
         self._writer.close()
         for task in list(self._tasks):
             task.cancel()
-        clients = [*(state.receiver for state in self._receivers.values()), *self._management.values(),
-                   *(sender for sender, _ in self._senders.values())]
-        for state in self._receivers.values():
-            if state.task is not None:
-                state.task.cancel()
-        for client in clients:
+        for state in list(self._receivers.values()):
+            await self._close_receiver(state)
+        for client in [*self._management.values(), *(sender for sender, _ in self._senders.values())]:
             try:
                 await client.close()
             except Exception as exc:  # noqa: BLE001 - every client is closed; the rest go on
@@ -349,11 +356,16 @@ class AmqpConnection:
         self.pump()
 
     async def _close_receiver(self, state: ReceiveLink) -> None:
+        """Stop a link's credit loop, release what it received and never sent (no delivery
+        counted), and close its broker receiver."""
         if state.task is not None:
             state.task.cancel()
+        undelivered, state.undelivered = state.undelivered, []
         try:
+            for message in undelivered:
+                await state.receiver.release_message(message)
             await state.receiver.close()
-        except ServiceBusError as exc:
+        except Exception as exc:  # noqa: BLE001 - the connection's other clients are closed all the same
             logger.info("AMQP front end: closing a receiver: %s", exc)
 
     # ------------------------------------------------------------------ deliveries
@@ -374,7 +386,7 @@ class AmqpConnection:
             if link.credit < INCOMING_CREDIT // 2:
                 link.flow(INCOMING_CREDIT - link.credit)
         elif delivery.updated and link in self._receivers:
-            self.spawn(self._outcome(self._receivers[link], delivery))
+            self._outcomes.append((self._receivers[link], delivery))
 
     def respond(self, request_link: Link, response: Message) -> None:
         """Send a response on the session's link whose source is the request link's target (the
@@ -454,11 +466,17 @@ class AmqpConnection:
                     # session lock, by contrast, ends a session link below)
                     logger.info("AMQP front end: a settlement on %s was too late: %s", link.name, exc)
                     continue
-                for message in messages:
-                    self._deliver(state, message)
+                state.undelivered = list(messages)
+                while state.undelivered:
+                    for message in state.undelivered[:DELIVERY_SLICE]:
+                        self._deliver(state, message)
+                    del state.undelivered[:DELIVERY_SLICE]
+                    self.pump()
+                    if state.undelivered:
+                        await asyncio.sleep(0)
                 if len(messages) < wanted and link.drain_mode:
                     link.drained()
-                self.pump()
+                    self.pump()
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - the link ends with the broker's error
@@ -479,13 +497,18 @@ class AmqpConnection:
         if message.lock_token is not None:
             self.locked[message.lock_token] = (state.receiver, message)
 
+    async def _settle_outcomes(self, outcomes: list[tuple[ReceiveLink, Delivery]]) -> None:
+        """Settle delivered messages as the client's dispositions say, in the order they came,
+        then echo every outcome (or error) the client waits for in one write."""
+        for state, delivery in outcomes:
+            await self._outcome(state, delivery)
+        self.pump()
+
     async def _outcome(self, state: ReceiveLink, delivery: Delivery) -> None:
-        """Settle a delivered message as the client's disposition says, echoing the outcome (or
-        the error) when the client waits for it."""
+        """Settle one delivered message as the client's disposition says, and answer it."""
         message = state.unsettled.pop(delivery, None)
         if message is None:
             delivery.settle()
-            self.pump()
             return
         remote = delivery.remote
         outcome = delivery.remote_state
@@ -500,7 +523,6 @@ class AmqpConnection:
                 delivery.local.condition = error_condition(exc)
                 delivery.update(Delivery.REJECTED)
         delivery.settle()
-        self.pump()
 
     async def settle(self, receiver: Receiver, message: ReceivedMessage, action: str, reason: str | None = None,
                      description: str | None = None, *, confirm: bool = True) -> None:
