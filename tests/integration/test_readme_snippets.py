@@ -1,6 +1,7 @@
 """README's Python snippets: each has a namespace of its own and removes it at its end, so each runs
-again, and after any other; the main ones run twice in a process of their own. A program using the
-library as the snippets do sees none of Ray's own notices."""
+again, and after any other; the main ones run twice each, one after another, in a process of their
+own (as one script of a user's would). A program using the library as the snippets do sees none
+of Ray's own notices."""
 from __future__ import annotations
 
 import re
@@ -16,12 +17,15 @@ from .helpers import isolated_env, short_tmpdir
 README = Path(__file__).resolve().parents[2] / "README.md"
 RAY_NOTICES = ("(raylet)", "Token authentication", "WARNING")
 """Text of Ray's start-up and worker notices, which must not reach a library user."""
-RUN_TWICE = """
+MAIN_SNIPPETS = ("shop", "shop-async", "topics")
+"""The namespaces the main snippets start, in the order they run."""
+RUN_EACH_TWICE = """
 import sys
-source = open(sys.argv[1], encoding="utf-8").read()
-for run in (1, 2):
-    exec(compile(source, "README snippet", "exec"), {"__name__": "__main__"})
-    print("RUN", run, "OK", flush=True)
+for path in sys.argv[1:]:
+    source = open(path, encoding="utf-8").read()
+    for run in (1, 2):
+        exec(compile(source, path, "exec"), {"__name__": "__main__"})
+        print("RUN", path, run, "OK", flush=True)
 """
 
 
@@ -59,20 +63,22 @@ def test_snippets_without_a_namespace_of_their_own_start_none() -> None:
 
 
 @pytest.mark.ray
-@pytest.mark.parametrize("name", ["shop", "shop-async", "topics"])
-def test_a_main_snippet_runs_twice_in_a_row_without_ray_notices(name: str, tmp_path: Path) -> None:
-    script = tmp_path / "snippet.py"
-    script.write_text(snippet_starting(name), encoding="utf-8")
+def test_the_main_snippets_run_twice_each_in_a_process_of_their_own_without_ray_notices(tmp_path: Path) -> None:
+    scripts = []
+    for name in MAIN_SNIPPETS:
+        scripts.append(tmp_path / f"{name}.py")
+        scripts[-1].write_text(snippet_starting(name), encoding="utf-8")
     ray_tmpdir = short_tmpdir("rb-readme-")
     try:
-        result = subprocess.run([sys.executable, "-c", RUN_TWICE, str(script)], capture_output=True, text=True,
-                                env=isolated_env(ray_tmpdir, str(tmp_path / "home")), cwd=str(tmp_path),
-                                timeout=420, check=False)
+        result = subprocess.run([sys.executable, "-c", RUN_EACH_TWICE, *map(str, scripts)], capture_output=True,
+                                text=True, env=isolated_env(ray_tmpdir, str(tmp_path / "home")), cwd=str(tmp_path),
+                                timeout=600, check=False)
     finally:
         shutil.rmtree(ray_tmpdir, ignore_errors=True)
     assert result.returncode == 0, f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
-    assert "RUN 1 OK" in result.stdout and "RUN 2 OK" in result.stdout
+    assert [line for line in result.stdout.splitlines() if line.startswith("RUN ")] == \
+        [f"RUN {script} {run} OK" for script in scripts for run in (1, 2)]
     for notice in RAY_NOTICES:
         assert notice not in result.stdout + result.stderr, f"Ray's notice reached the user:\n{result.stdout}\n" \
                                                             f"{result.stderr}"
-    assert not (tmp_path / "home" / name).exists()
+    assert not any((tmp_path / "home" / name).exists() for name in MAIN_SNIPPETS)
