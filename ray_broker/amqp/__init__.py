@@ -1,5 +1,6 @@
 """The AMQP 1.0 front end's pure parts, so the Azure Service Bus SDKs reach a namespace: SAS keys
-and tokens (`sas`), connection strings (`connection_string`), link addresses (`paths`), message
-mapping (`mapping`, needs python-qpid-proton: the `amqp` extra) and the connection engine
-(`server`). The Ray actor that serves a port is `actors/amqp_frontend.py`.
+and tokens (`sas`), a namespace's named keys (`keyring`), connection strings (`connection_string`),
+link addresses (`paths`), message mapping (`mapping`, needs python-qpid-proton: the `amqp` extra),
+subscription rules on the wire (`rules`), `$management` (`management`) and the connection engine
+(`connection`). The Ray actor that serves a port is `actors/amqp_frontend.py`.
 """

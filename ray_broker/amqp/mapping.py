@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from proton import Data, Described, Message, symbol, timestamp
+from proton import Data, Message, symbol, timestamp
 
 from ..errors import InvalidArgumentError
 from ..message import Message as BrokerMessage
@@ -61,16 +61,32 @@ def split_sections(payload: bytes) -> list[Section]:
         data = Data()
         try:
             used = data.decode(view[offset:])
-            data.rewind()
-            data.next()
-            value = data.get_object()
+            code, value = _section(data)
         except Exception as exc:  # noqa: BLE001 - proton raises several types for bad encodings
             raise InvalidArgumentError(f"the transfer is not an AMQP message: {exc}") from None
-        if used <= 0 or not isinstance(value, Described) or int(value.descriptor) not in _SECTION_CODES:
+        if used <= 0 or code not in _SECTION_CODES:
             raise InvalidArgumentError("the transfer is not an AMQP message: a section is not a described section")
-        sections.append(Section(int(value.descriptor), _owned(value.value), view[offset:offset + used]))
+        sections.append(Section(code, _owned(value), view[offset:offset + used]))
         offset += used
     return sections
+
+
+def _section(data: Data) -> tuple[int, Any]:
+    """The descriptor code and value of the described section `data` holds (-1 if it holds no
+    described value). A sequence or value body is kept as its bytes only (the broker never reads
+    it), so its value is not decoded: a map keyed by binary, which AMQP allows, is no Python dict."""
+    data.rewind()
+    if data.next() != Data.DESCRIBED:
+        return -1, None
+    data.enter()
+    data.next()
+    descriptor = data.get_object()
+    code = int(descriptor) if isinstance(descriptor, int) else -1
+    value = None
+    if code not in (_SEQUENCE, _VALUE) and data.next() is not None:
+        value = data.get_object()
+    data.exit()
+    return code, value
 
 
 def _owned(value: Any) -> Any:

@@ -170,19 +170,23 @@ def connection_string(
     namespace: NamespaceOption = DEFAULT_NAMESPACE,
     address: AddressOption = None,
     host: Annotated[str, typer.Option(help="The host name the SDKs reach the front end by.")] = "localhost",
-    key_name: Annotated[str, typer.Option(help="The shared access key to sign with.")] = ROOT_KEY_NAME,
+    key_name: Annotated[str, typer.Option("--key", "--key-name",
+                                          help="The shared access key to sign with (`ray-broker keys list`).")
+                        ] = ROOT_KEY_NAME,
 ) -> None:
     """Print the connection string the Azure Service Bus SDKs take for a namespace started with --amqp."""
     from ..amqp.connection_string import connection_string as amqp_connection_string
 
-    config = attach(namespace, address).config
+    ns = attach(namespace, address)
+    config = ns.config
     if config.amqp_port is None:
         raise InvalidOperationError(f"namespace {namespace!r} serves no AMQP: start it with `ray-broker start -n "
                                     f"{namespace} --amqp` (stop it first if it runs)", entity=namespace)
-    key = next((k for k in config.shared_access_keys() if k.name == key_name), None)
+    keys = ns.list_shared_access_keys()
+    key = next((k for k in keys if k.name == key_name), None)
     if key is None:
         raise InvalidOperationError(f"namespace {namespace!r} has no shared access key named {key_name!r}; it has "
-                                    + ", ".join(k.name for k in config.shared_access_keys()), entity=namespace)
+                                    + ", ".join(k.name for k in keys), entity=namespace)
     output.out(amqp_connection_string(host, config.amqp_port, key))
 
 
