@@ -100,7 +100,7 @@ class AmqpFrontend:
         from ray_broker.amqp.connection import AmqpConnection  # python-qpid-proton: the `amqp` extra
 
         try:
-            await AmqpConnection(reader, writer, namespace, self._config.shared_access_keys()).serve()
+            await AmqpConnection(reader, writer, namespace, namespace.list_shared_access_keys).serve()
         except Exception:  # noqa: BLE001 - one connection's failure never stops the server
             logger.exception("AMQP front end: a connection failed")
 

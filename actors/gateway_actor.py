@@ -50,12 +50,14 @@ from ray_broker.wire import (
     DeleteEntity,
     ListEntities,
     RemoveRule,
+    ListSessions,
     Runtime,
     UpdateEntity,
     UpdateRule,
     decode_router_args,
 )
 
+from .gateway_keys import GatewayKeys
 from .handles import alive_nodes, find_actor, head_node, partition_actor
 from .leadership import DecidedElsewhere, ReplicaSets
 
@@ -125,12 +127,15 @@ class Gateway:
         """Where partition handles come from: made here, or with several replicas each partition's
         leader, decided here (the first gateway) or by the first gateway."""
         self.router = Router(config.name, RayChannel(self.count, self.handles), self.sku)
+        self.keys = GatewayKeys(config, index, lambda: gateway_actor(config, 0))
         self.operations: dict[str, Callable[..., Awaitable[Any]]] = {
             "create_entity": self.create_entity, "create_subscription": self.create_subscription,
             "update_entity": self.update_entity, "delete_entity": self.delete_entity,
             "list_entities": self.list_entities, "add_rule": self.add_rule, "update_rule": self.update_rule,
-            "remove_rule": self.remove_rule, "runtime": self.runtime, "routing_table": self.routing_table,
-            "partition_failed": self.partition_failed,
+            "remove_rule": self.remove_rule, "runtime": self.runtime, "list_sessions": self.list_sessions,
+            "routing_table": self.routing_table, "partition_failed": self.partition_failed,
+            "shared_access_keys": self.keys.listed, "add_shared_access_key": self.keys.add,
+            "remove_shared_access_key": self.keys.remove,
         }
         """The management operations the gateway serves itself, by name (data operations go to its router)."""
 
@@ -341,20 +346,30 @@ class Gateway:
         definition = await self.router.definitions.get(name)
         hosts = planner.hosts(definition, self.count)
 
-        async def one(k: int) -> Any:
-            epoch = self.handles.epochs[k]
-            try:
-                return await self.router.reach.call_one(k, Runtime(name))
-            except PartitionUnavailable:
-                if self.handles.epochs[k] == epoch:
-                    return None
-            try:  # the call found the partition's actor dead for good and made it again: ask the new one
-                return await self.router.reach.call_one(k, Runtime(name))
-            except PartitionUnavailable:
-                return None
-
-        counts = await asyncio.gather(*(one(k) for k in hosts))
+        counts = await asyncio.gather(*(self._ask_host(k, Runtime(name)) for k in hosts))
         return {"definition": definition, "partitions": dict(zip(hosts, counts))}
+
+    async def list_sessions(self, name: str) -> dict[str, Any]:
+        """The sessions of an entity with active messages or a stored state, in id order, and
+        whether every partition answered (`complete`)."""
+        hosts = planner.hosts(await self.router.definitions.get(name), self.count)
+        found = await asyncio.gather(*(self._ask_host(k, ListSessions(name)) for k in hosts))
+        sessions = sorted({s for listed in found if listed is not None for s in listed})
+        return {"sessions": sessions, "complete": None not in found}
+
+    async def _ask_host(self, k: int, request: Any) -> Any:
+        """A partition's answer to a read, or None when it is unavailable (asking a partition the
+        call found dead for good and made again once more)."""
+        epoch = self.handles.epochs[k]
+        try:
+            return await self.router.reach.call_one(k, request)
+        except PartitionUnavailable:
+            if self.handles.epochs[k] == epoch:
+                return None
+        try:
+            return await self.router.reach.call_one(k, request)
+        except PartitionUnavailable:
+            return None
 
 
 @ray.remote

@@ -110,6 +110,13 @@ class Runtime(NamedTuple):
     entity: str
 
 
+class ListSessions(NamedTuple):
+    """The sessions of an entity here with active messages or a stored state."""
+
+    OPERATION = "list_sessions"
+    entity: str
+
+
 class IntegrityCheck(NamedTuple):
     """The store's integrity check."""
 
@@ -270,9 +277,9 @@ TransactionOperation = Union[Send, Settle]
 SessionOperation = Union[RenewSession, ReleaseSession, GetSessionState, SetSessionState]
 """The operations on a held session, which go to the session's partition."""
 
-PartitionRequest = Union[CreateEntity, UpdateEntity, DeleteEntity, GetEntity, ListEntities, Runtime, IntegrityCheck,
-                         AddRule, UpdateRule, RemoveRule, Send, CancelScheduled, Receive, HasAvailable, Settle,
-                         ReceiveDeferred, Peek, CommitTransaction, AcceptSession, RenewSession, ReleaseSession,
+PartitionRequest = Union[CreateEntity, UpdateEntity, DeleteEntity, GetEntity, ListEntities, Runtime, ListSessions,
+                         IntegrityCheck, AddRule, UpdateRule, RemoveRule, Send, CancelScheduled, Receive, HasAvailable,
+                         Settle, ReceiveDeferred, Peek, CommitTransaction, AcceptSession, RenewSession, ReleaseSession,
                          GetSessionState, SetSessionState]
 """Everything a partition runs."""
 
@@ -281,9 +288,9 @@ SESSION_OPERATIONS: dict[str, type[Any]] = {cls.OPERATION: cls for cls in (Renew
 """The operations on a held session by name, as a client asks a router for them."""
 
 PARTITION_REQUESTS: tuple[type[Any], ...] = (
-    CreateEntity, UpdateEntity, DeleteEntity, GetEntity, ListEntities, Runtime, IntegrityCheck, AddRule, UpdateRule,
-    RemoveRule, Send, CancelScheduled, Receive, HasAvailable, Settle, ReceiveDeferred, Peek, CommitTransaction,
-    AcceptSession, RenewSession, ReleaseSession, GetSessionState, SetSessionState)
+    CreateEntity, UpdateEntity, DeleteEntity, GetEntity, ListEntities, Runtime, ListSessions, IntegrityCheck, AddRule,
+    UpdateRule, RemoveRule, Send, CancelScheduled, Receive, HasAvailable, Settle, ReceiveDeferred, Peek,
+    CommitTransaction, AcceptSession, RenewSession, ReleaseSession, GetSessionState, SetSessionState)
 """Every partition request type, for operation tables (each must cover them all)."""
 
 

@@ -1,8 +1,9 @@
 """The async `Namespace` handle: management calls and the senders and receivers it makes."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Iterable, TypeVar
 
+from ..amqp.sas import SasKey
 from ..client import management
 from ..client.direct import open_link
 from ..client.flow import Flow, run_async
@@ -186,3 +187,28 @@ class Namespace(NamespaceBase[Sender, Receiver, Transaction], Closing):
         check_entity_name(topic_name, "topic")
         check_subscription_name(subscription_name)
         return ItemList(lambda: self._run(management.list_rules(topic_name, subscription_name)))
+
+    # ------------------------------------------------------------------ sessions
+
+    async def list_queue_sessions(self, queue_name: str) -> list[str]:
+        """The ids of a session-enabled queue's sessions with active messages or a stored state, in id order."""
+        return await self._run(management.list_queue_sessions(queue_name))
+
+    async def list_subscription_sessions(self, topic_name: str, subscription_name: str) -> list[str]:
+        """The ids of a session-enabled subscription's sessions with active messages or a stored
+        state, in id order."""
+        return await self._run(management.list_subscription_sessions(topic_name, subscription_name))
+
+    # ------------------------------------------------------------------ shared access keys
+
+    async def list_shared_access_keys(self) -> list[SasKey]:
+        """The namespace's shared access keys, as `rb.Namespace.list_shared_access_keys` gives them."""
+        return await self._run(management.shared_access_keys())
+
+    async def add_shared_access_key(self, name: str, rights: Iterable[str] | str) -> SasKey:
+        """Make a shared access key, as `rb.Namespace.add_shared_access_key` does."""
+        return await self._run(management.add_shared_access_key(name, rights))
+
+    async def remove_shared_access_key(self, name: str) -> None:
+        """Remove a shared access key, as `rb.Namespace.remove_shared_access_key` does."""
+        await self._run(management.remove_shared_access_key(name))

@@ -1,6 +1,7 @@
 """The AMQP 1.0 front end's pure parts, so the Azure Service Bus SDKs reach a namespace: SAS keys
-and tokens (`sas`), connection strings (`connection_string`), link addresses (`paths`), message
-mapping (`mapping`, needs python-qpid-proton: the `amqp` extra) and the connection engine
+and tokens (`sas`), a namespace's named keys (`keyring`), connection strings (`connection_string`),
+link addresses (`paths`), message mapping (`mapping`, needs python-qpid-proton: the `amqp` extra),
+subscription rules on the wire (`rules`), `$management` (`management`) and the connection engine
 (`connection`). The management API served on the same port is `ray_broker.management_http`; the
 Ray actor that serves a port is `actors/amqp_frontend.py`.
 """

@@ -7,7 +7,8 @@ the same routing as any Python client), so the rules live in one place.
 
 What a connection serves:
 - `$cbs`: `put-token` with a SAS token, checked (signature, expiry, audience) against the
-  namespace's keys and answered 202 or 401; each link to an entity needs a token covering it with
+  namespace's keys (asked for at each put-token, so keys made or removed count at once) and
+  answered 202 or 401; each link to an entity needs a token covering it with
   the right it uses (Send to send, Listen to receive), else it is refused with
   `amqp:unauthorized-access`.
 - links the client sends on (to a queue or topic): single and batched transfers, settled with
@@ -32,7 +33,8 @@ import asyncio
 import logging
 import time
 import uuid
-from typing import TYPE_CHECKING, Any, Callable
+from functools import partial
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable
 
 from proton import Collector, Connection, Delivery, Endpoint, Event, Link, Message, Terminus, Transport
 
@@ -95,12 +97,12 @@ class AmqpConnection:
     Args:
         reader, writer: the accepted stream.
         namespace: the namespace's async client handle, which every broker call goes through.
-        keys: the namespace's shared access keys (tokens are checked against them).
+        keys: gives the namespace's shared access keys (tokens are checked against them).
         clock: epoch seconds now (token expiry).
     """
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, namespace: Namespace,
-                 keys: tuple[SasKey, ...], clock: Callable[[], float] = time.time) -> None:
+                 keys: Callable[[], Awaitable[Iterable[SasKey]]], clock: Callable[[], float] = time.time) -> None:
         self._reader = reader
         self._writer = writer
         self.namespace = namespace
@@ -268,7 +270,8 @@ class AmqpConnection:
             else:
                 await self._start_receiving(link, target)
         except Exception as exc:  # noqa: BLE001 - every refusal is answered on the link
-            self._refuse(link, exc)
+            if not link.state & Endpoint.REMOTE_CLOSED:
+                self._refuse(link, exc)
             return
         link.open()
         if link.is_receiver:
@@ -324,7 +327,11 @@ class AmqpConnection:
                 target.receive_path, receive_mode=mode,
                 max_wait_time=session_wait(link.remote_properties, SESSION_WAIT_S),
                 session_id=NEXT_AVAILABLE_SESSION if wanted == NEXT_AVAILABLE else wanted)
-        await receiver.__aenter__()
+        await _opened(receiver)
+        if link.state & Endpoint.REMOTE_CLOSED:
+            await receiver.close()
+            raise SessionLockLostError("the client closed the link while its receiver was opening; its session "
+                                       "is released")
         if receiver.session is not None:
             link.source.filter.clear()
             link.source.filter.put_dict({SESSION_FILTER: receiver.session.session_id})
@@ -343,12 +350,14 @@ class AmqpConnection:
         raise SessionLockLostError(f"session {session_id!r} is not locked by a receiver of this connection")
 
     async def _detach(self, link: Link) -> None:
+        # the closes are shielded: a connection that goes right after the detach cancels this
+        # task, and a receiver closed halfway would keep its session and messages locked
         state = self._receivers.pop(link, None)
         if state is not None:
-            await self._close_receiver(state)
+            await asyncio.shield(self._close_receiver(state))
         node = self._management.pop(link, None)
         if node is not None:
-            await node.close()
+            await asyncio.shield(node.close())
         sender = self._senders.pop(link, None)
         if sender is not None:
             await sender[0].close()
@@ -378,7 +387,7 @@ class AmqpConnection:
             payload = link.recv(delivery.pending)
             link.advance()
             if is_cbs(link.remote_target.address):
-                self._put_token(link, delivery, payload)
+                self.spawn(self._put_token(link, delivery, payload))
             elif link in self._management:
                 self.spawn(self._management[link].request(delivery, payload))
             elif link in self._senders:
@@ -403,7 +412,7 @@ class AmqpConnection:
         delivery.settle()
         self.pump()
 
-    def _put_token(self, link: Link, delivery: Delivery, payload: bytes) -> None:
+    async def _put_token(self, link: Link, delivery: Delivery, payload: bytes) -> None:
         request = Message()
         status, description = CBS_UNAUTHORIZED, "bad request"
         try:
@@ -411,7 +420,7 @@ class AmqpConnection:
             properties = request.properties or {}
             if properties.get("operation") != "put-token":
                 raise UnauthorizedError(f"$cbs operation {properties.get('operation')!r} is not supported")
-            claim = verify_token(str(request.body), self._keys, self._clock())
+            claim = verify_token(str(request.body), await self._keys(), self._clock())
             audience = properties.get("name")
             if audience is not None and audience_path(str(audience)) != claim.path:
                 raise UnauthorizedError(f"the token's audience is not {audience!r}")
@@ -419,6 +428,8 @@ class AmqpConnection:
             status, description = CBS_OK, "Accepted"
         except UnauthorizedError as exc:
             description = str(exc)
+        except ServiceBusError as exc:
+            description = f"the namespace's keys could not be read to check the token ({exc}); try again"
         except Exception as exc:  # noqa: BLE001 - a malformed request is answered, not raised
             description = f"malformed put-token request: {exc}"
         delivery.update(Delivery.ACCEPTED)
@@ -542,6 +553,30 @@ class AmqpConnection:
             await receiver.dead_letter_message(message, reason, description)
         if confirm:
             await receiver.flush()
+
+
+async def _opened(receiver: Receiver) -> None:
+    """Open a broker receiver (a session receiver locks its session). Should the connection go
+    meanwhile (the client gave up waiting: its task is cancelled), the receiver is closed once it
+    has opened, so that a session it locked is released at once, not when its lock expires."""
+    opening = asyncio.ensure_future(receiver.__aenter__())
+    try:
+        await asyncio.shield(opening)
+    except asyncio.CancelledError:
+        opening.add_done_callback(partial(_close_if_opened, receiver))
+        raise
+
+
+_CLOSING: set[asyncio.Task[None]] = set()
+"""Closes of receivers whose connection went while they opened (held here until they finish)."""
+
+
+def _close_if_opened(receiver: Receiver, opening: asyncio.Future[Any]) -> None:
+    """Close `receiver` once `opening` (its opening) has succeeded."""
+    if not opening.cancelled() and opening.exception() is None:
+        closing = asyncio.ensure_future(receiver.close())
+        _CLOSING.add(closing)
+        closing.add_done_callback(_CLOSING.discard)
 
 
 def _links(session: Any) -> list[Link]:

@@ -12,6 +12,11 @@ Operations (`operation` application property; request and response bodies are AM
 - `com.microsoft:cancel-scheduled-message` (`sequence-numbers`);
 - `com.microsoft:get-session-state`, `set-session-state` (`session-id`, `session-state`) and
   `renew-session-lock` (`session-id`) -> `expiration`, for sessions a receiver of this connection holds.
+- `com.microsoft:get-message-sessions` (`skip`, `top`, `last-updated-time`) -> `skip`, `sessions-ids`:
+  the sessions with active messages or a stored state; 204 when none;
+- on a subscription: `com.microsoft:add-rule` (`rule-name`, `rule-description`; Manage),
+  `com.microsoft:remove-rule` (`rule-name`; Manage), `com.microsoft:enumerate-rules` (`skip`, `top`)
+  -> `rules`, each `{"rule-description": ...}` (see `rules.py`); 204 when none.
 Responses carry `statusCode`, `statusDescription` and, on failure, `errorCondition`.
 """
 from __future__ import annotations
@@ -22,11 +27,12 @@ from typing import TYPE_CHECKING, Any, Mapping, Protocol
 
 from proton import Delivery, Message, timestamp
 
-from ..errors import InvalidArgumentError, MessageLockLostError
+from ..errors import InvalidArgumentError, InvalidOperationError, MessageLockLostError
 from .conditions import error_condition, status_code
 from .mapping import encode_received, split_sections, wire_envelope
 from .paths import EntityAddress
-from .sas import LISTEN, SEND
+from .rules import described_rule, rule_from_description
+from .sas import LISTEN, MANAGE, SEND
 
 if TYPE_CHECKING:
     from ..aio.handle import Namespace
@@ -51,6 +57,9 @@ class Host(Protocol):
                      description: str | None = None, *, confirm: bool = True) -> None: ...
 
 VENDOR = "com.microsoft:"
+LIST_ALL_SESSIONS = 253402300800000
+"""The `last-updated-time` (epoch milliseconds of .NET's DateTime.MaxValue) that asks for every
+session with active messages or a state, rather than those whose state changed since a time."""
 _DISPOSITIONS = {"completed": "complete", "abandoned": "abandon", "defered": "defer", "deferred": "defer",
                  "suspended": "dead_letter"}
 
@@ -106,7 +115,9 @@ class ManagementNode:
                     "update-disposition": (LISTEN, self._dispose),
                     "schedule-message": (SEND, self._schedule), "cancel-scheduled-message": (SEND, self._cancel),
                     "get-session-state": (LISTEN, self._get_state), "set-session-state": (LISTEN, self._set_state),
-                    "renew-session-lock": (LISTEN, self._renew_session)}
+                    "renew-session-lock": (LISTEN, self._renew_session),
+                    "get-message-sessions": (LISTEN, self._list_sessions), "add-rule": (MANAGE, self._add_rule),
+                    "remove-rule": (MANAGE, self._remove_rule), "enumerate-rules": (LISTEN, self._enumerate_rules)}
         if name not in handlers:
             raise InvalidArgumentError(f"$management operation {operation!r} is not supported by this front end")
         right, handler = handlers[name]
@@ -192,6 +203,58 @@ class ManagementNode:
     async def _renew_session(self, body: dict[str, Any]) -> dict[str, Any]:
         until = await self._session(body).renew_lock()
         return {"expiration": timestamp(int(until.timestamp() * 1000))}
+
+    async def _list_sessions(self, body: dict[str, Any]) -> dict[str, Any] | None:
+        updated = body.get("last-updated-time")
+        if updated is not None and (not isinstance(updated, int) or int(updated) != LIST_ALL_SESSIONS):
+            raise InvalidArgumentError("get-message-sessions lists the sessions with active messages or a state; "
+                                       "listing those whose state changed after a time is not supported (call "
+                                       "list_*_sessions without state_updated_after)")
+        namespace, target = self._connection.namespace, self._target
+        if target.subscription is None:
+            sessions = await namespace.list_queue_sessions(target.entity)
+        else:
+            sessions = await namespace.list_subscription_sessions(target.topic, target.subscription)  # type: ignore[arg-type]
+        page = _page(sessions, body)
+        return {"skip": _count(body, "skip", 0), "sessions-ids": page} if page else None
+
+    def _subscription(self) -> tuple[str, str]:
+        """The topic and subscription of the node (`InvalidOperationError` on a queue's node)."""
+        if self._target.topic is None or self._target.subscription is None:
+            raise InvalidOperationError(f"{self._target.entity!r} is no subscription: rules belong to "
+                                        "subscriptions (<topic>/Subscriptions/<name>/$management)")
+        return self._target.topic, self._target.subscription
+
+    async def _add_rule(self, body: dict[str, Any]) -> dict[str, Any]:
+        rule = rule_from_description(body.get("rule-name"), body.get("rule-description"))
+        await self._connection.namespace.create_rule(*self._subscription(), rule.name, filter=rule.filter,
+                                                     action=rule.action)
+        return {}
+
+    async def _remove_rule(self, body: dict[str, Any]) -> dict[str, Any]:
+        await self._connection.namespace.delete_rule(*self._subscription(), str(body.get("rule-name") or ""))
+        return {}
+
+    async def _enumerate_rules(self, body: dict[str, Any]) -> dict[str, Any] | None:
+        rules = await self._connection.namespace.list_rules(*self._subscription())
+        page = _page(rules, body)
+        return {"rules": [{"rule-description": described_rule(rule)} for rule in page]} if page else None
+
+
+def _page(items: list[Any], body: dict[str, Any]) -> list[Any]:
+    """The page of `items` a request asks for with `skip` and `top` (all of them by default)."""
+    skip = _count(body, "skip", 0)
+    return items[skip:skip + _count(body, "top", len(items))]
+
+
+def _count(body: dict[str, Any], key: str, default: int) -> int:
+    """A request's non-negative int field (`skip`, `top`), `default` when absent."""
+    value = body.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidArgumentError(f"{key} must be a non-negative int, got {value!r}")
+    return int(value)
 
 
 def _tokens(values: Any) -> list[uuid.UUID]:

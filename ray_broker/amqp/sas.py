@@ -1,8 +1,9 @@
 """Shared access signatures: a namespace's named keys with rights, and the SAS tokens the Azure SDKs
 sign with them (`SharedAccessSignature sr=<audience>&sig=<signature>&se=<expiry>&skn=<key name>`).
 
-A token is signed as the SDKs sign it: HMAC-SHA256, keyed by the key's text, over the URL-encoded
-audience, a newline and the expiry in epoch seconds, then base64. A token is good for its audience
+A token is signed as the SDKs sign it: HMAC-SHA256, keyed by the key's text, over the audience as
+the token writes it (URL-encoded, as the SDKs write it, or as it is, as hand-made tokens often do),
+a newline and the expiry in epoch seconds, then base64. A token is good for its audience
 and every entity below it (a namespace token, `sb://host`, covers every entity), until its expiry,
 for the rights of the key that signed it. Pure: no I/O, no Ray.
 """
@@ -76,8 +77,14 @@ def root_keys() -> tuple[SasKey, ...]:
 
 
 def signature(audience: str, expiry: int, key: str) -> str:
-    """The base64 HMAC-SHA256 signature of `audience` and `expiry` with `key`, as the SDKs compute it."""
-    signed = f"{quote_plus(audience)}\n{expiry}".encode("utf-8")
+    """The base64 HMAC-SHA256 signature of `audience` (URL-encoded) and `expiry` with `key`, as the
+    SDKs compute it."""
+    return _signed(quote_plus(audience), expiry, key)
+
+
+def _signed(resource: str, expiry: int, key: str) -> str:
+    """The base64 HMAC-SHA256 signature of `resource` (as written in a token), a newline and `expiry`."""
+    signed = f"{resource}\n{expiry}".encode("utf-8")
     return base64.b64encode(hmac.new(key.encode("utf-8"), signed, hashlib.sha256).digest()).decode("ascii")
 
 
@@ -102,6 +109,12 @@ def covers(audience: str, entity_path: str) -> bool:
     return audience == "" or entity == audience or entity.startswith(audience + "/")
 
 
+def _raw_resource(fields: str) -> str:
+    """The `sr` field of a token as written (not URL-decoded): a signature covers the resource as
+    the token writes it, URL-encoded (as the SDKs write it) or not (as some hand-made tokens do)."""
+    return next((part.split("=", 1)[1] for part in fields.split("&") if part.lower().startswith("sr=")), "")
+
+
 def verify_token(token: str, keys: Iterable[SasKey], now: float) -> Claim:
     """The claim a SAS token makes once its signature, key and expiry check out; else
     `UnauthorizedError` saying which check failed."""
@@ -119,7 +132,9 @@ def verify_token(token: str, keys: Iterable[SasKey], now: float) -> Claim:
     key = next((k for k in keys if k.name == fields["skn"]), None)
     if key is None:
         raise UnauthorizedError(f"the namespace has no shared access key named {fields['skn']!r}")
-    if not hmac.compare_digest(signature(fields["sr"], expiry, key.key), fields["sig"]):
+    written = _raw_resource(token[len(TOKEN_PREFIX):])
+    if not any(hmac.compare_digest(_signed(resource, expiry, key.key), fields["sig"])
+               for resource in {quote_plus(fields["sr"]), written}):
         raise UnauthorizedError(f"the shared access signature does not match key {key.name!r}")
     if expiry <= now:
         raise UnauthorizedError(f"the shared access signature expired at {expiry} (epoch seconds); get a new one")

@@ -14,7 +14,7 @@ from typing import Annotated, Sequence
 
 import typer
 
-from . import entities, messages, namespaces, tools
+from . import entities, keys, messages, namespaces, tools
 from .failures import error_line, exit_code, is_help_shown
 from .quiet import quiet_ray
 
@@ -69,6 +69,7 @@ app.command(name="connection-string")(namespaces.connection_string)
 app.add_typer(entities.queue_app, name="queue")
 app.add_typer(entities.topic_app, name="topic")
 app.add_typer(entities.subscription_app, name="subscription")
+app.add_typer(keys.keys_app, name="keys")
 app.command()(messages.send)
 app.command()(messages.receive)
 app.command()(messages.peek)

@@ -170,7 +170,9 @@ def connection_string(
     namespace: NamespaceOption = DEFAULT_NAMESPACE,
     address: AddressOption = None,
     host: Annotated[str, typer.Option(help="The host name the SDKs reach the front end by.")] = "localhost",
-    key_name: Annotated[str, typer.Option(help="The shared access key to sign with.")] = ROOT_KEY_NAME,
+    key_name: Annotated[str, typer.Option("--key", "--key-name",
+                                          help="The shared access key to sign with (`ray-broker keys list`).")
+                        ] = ROOT_KEY_NAME,
     ca_file: Annotated[bool, typer.Option(
         "--ca-file", help="Print instead the path of the namespace's TLS certificate, which the SDKs' "
                           "administration clients must trust (REQUESTS_CA_BUNDLE, SSL_CERT_FILE).")] = False,
@@ -179,17 +181,19 @@ def connection_string(
     from ..amqp.connection_string import connection_string as amqp_connection_string
     from ..management_http.certificate import certificate_path
 
-    config = attach(namespace, address).config
+    ns = attach(namespace, address)
+    config = ns.config
     if config.amqp_port is None:
         raise InvalidOperationError(f"namespace {namespace!r} serves no AMQP: start it with `ray-broker start -n "
                                     f"{namespace} --amqp` (stop it first if it runs)", entity=namespace)
     if ca_file:
         output.out(certificate_path(config.name, config.data_dir))
         return
-    key = next((k for k in config.shared_access_keys() if k.name == key_name), None)
+    keys = ns.list_shared_access_keys()
+    key = next((k for k in keys if k.name == key_name), None)
     if key is None:
         raise InvalidOperationError(f"namespace {namespace!r} has no shared access key named {key_name!r}; it has "
-                                    + ", ".join(k.name for k in config.shared_access_keys()), entity=namespace)
+                                    + ", ".join(k.name for k in keys), entity=namespace)
     output.out(amqp_connection_string(host, config.amqp_port, key))
 
 

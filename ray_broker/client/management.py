@@ -8,6 +8,8 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any, Mapping, TypedDict
 
+from ..amqp.keyring import keys_from_rows, rights_of
+from ..amqp.sas import SasKey
 from ..entities import (
     FIXED_QUEUE_PROPERTIES,
     QueueProperties,
@@ -23,7 +25,12 @@ from ..entities import (
     normalize_topic_options,
     subscription_path,
 )
-from ..errors import InvalidArgumentError, InvalidOperationError, MessagingEntityNotFoundError
+from ..errors import (
+    InvalidArgumentError,
+    InvalidOperationError,
+    MessagingEntityNotFoundError,
+    PartitionUnavailableError,
+)
 from ..filters import DEFAULT_RULE_NAME, RuleProperties, TrueFilter, check_rule_name, rule_from_wire, rule_to_wire
 from ..sku import Sku
 from .flow import Flow, request
@@ -323,3 +330,46 @@ def delete_rule(topic_name: str, subscription_name: str, rule_name: str) -> Flow
     """Remove a rule from a subscription; messages sent from then on are no longer selected by it."""
     path = _subscription_path(topic_name, subscription_name)
     yield request("remove_rule", path, check_rule_name(rule_name), MANAGEMENT_TIMEOUT_S, timeout=MANAGEMENT_TIMEOUT_S)
+
+
+# ---------------------------------------------------------------------- sessions
+
+def list_sessions(entity_path: str) -> Flow[list[str]]:
+    """The sessions of a session-enabled queue or subscription (`topic/subscriptions/sub`) with
+    active messages or a stored state, in id order; `PartitionUnavailableError` when a partition
+    did not answer (the list would miss its sessions)."""
+    reply = yield request("list_sessions", entity_path, timeout=MANAGEMENT_TIMEOUT_S)
+    if not reply["complete"]:
+        raise PartitionUnavailableError(f"a partition of {entity_path!r} did not answer, so its sessions cannot be "
+                                        "listed; try again once it is back", entity=entity_path)
+    return list(reply["sessions"])
+
+
+def list_queue_sessions(queue_name: str) -> Flow[list[str]]:
+    """The sessions of a session-enabled queue with active messages or a stored state, in id order."""
+    check_entity_name(queue_name, "queue")
+    return (yield from list_sessions(queue_name))
+
+
+def list_subscription_sessions(topic_name: str, subscription_name: str) -> Flow[list[str]]:
+    """The sessions of a session-enabled subscription with active messages or a stored state, in id order."""
+    return (yield from list_sessions(_subscription_path(topic_name, subscription_name)))
+
+
+# ---------------------------------------------------------------------- shared access keys
+
+def shared_access_keys() -> Flow[list[SasKey]]:
+    """The namespace's shared access keys (which sign the Azure SDKs' tokens), in the order made."""
+    rows = yield request("shared_access_keys", timeout=MANAGEMENT_TIMEOUT_S)
+    return list(keys_from_rows(rows))
+
+
+def add_shared_access_key(name: str, rights: Any) -> Flow[SasKey]:
+    """Make a shared access key named `name` with `rights` (Manage, Send, Listen; any case)."""
+    row = yield request("add_shared_access_key", name, list(rights_of(rights)), timeout=MANAGEMENT_TIMEOUT_S)
+    return keys_from_rows([row])[0]
+
+
+def remove_shared_access_key(name: str) -> Flow[None]:
+    """Remove the shared access key named `name`."""
+    yield request("remove_shared_access_key", name, timeout=MANAGEMENT_TIMEOUT_S)

@@ -3,8 +3,9 @@ from __future__ import annotations
 
 from datetime import timedelta
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, Iterable, TypeVar
 
+from ..amqp.sas import SasKey
 from ..config import NamespaceConfig
 from ..entities import (
     DEFAULT_DUPLICATE_WINDOW,
@@ -291,5 +292,39 @@ class Namespace(NamespaceBase[Sender, Receiver, Transaction]):
         """A subscription's rules."""
         return self._run(management.list_rules(topic_name, subscription_name))
 
+
+    # ------------------------------------------------------------------ sessions
+
+    def list_queue_sessions(self, queue_name: str) -> list[str]:
+        """The ids of a session-enabled queue's sessions that have active messages or a stored
+        state, in id order (the SDK's `ServiceBusClient.list_queue_sessions`)."""
+        return self._run(management.list_queue_sessions(queue_name))
+
+    def list_subscription_sessions(self, topic_name: str, subscription_name: str) -> list[str]:
+        """The ids of a session-enabled subscription's sessions that have active messages or a
+        stored state, in id order."""
+        return self._run(management.list_subscription_sessions(topic_name, subscription_name))
+
+    # ------------------------------------------------------------------ shared access keys
+
+    def list_shared_access_keys(self) -> list[SasKey]:
+        """The namespace's shared access keys (name, key, rights), which sign the tokens of the
+        Azure SDKs' connection strings; every namespace starts with `RootManageSharedAccessKey`."""
+        return self._run(management.shared_access_keys())
+
+    def add_shared_access_key(self, name: str, rights: Iterable[str] | str) -> SasKey:
+        """Make a new random shared access key named `name` with `rights` (any of "Manage", "Send",
+        "Listen"; Manage implies the others). A link the AMQP front end opens with a token it
+        signed may do what the rights allow: sending needs Send, receiving Listen.
+
+        Example:
+            key = ns.add_shared_access_key("orders-sender", ["Send"])
+        """
+        return self._run(management.add_shared_access_key(name, rights))
+
+    def remove_shared_access_key(self, name: str) -> None:
+        """Remove a shared access key: the tokens it signed are refused from then on. The last key
+        with the Manage right stays."""
+        self._run(management.remove_shared_access_key(name))
 
 __all__ = ["start", "connect", "stop", "Namespace", "DEFAULT_TIMEOUT_S"]

@@ -613,6 +613,13 @@ class Queries:
             f"SELECT session_id FROM messages WHERE eid = :eid AND subq = {_MAIN} AND state = {_ACTIVE} "
             f"AND session_id IS NOT NULL AND {_UNLOCKED} ORDER BY id", {"eid": entity_id, "now": now}))
 
+    def listed_sessions(self, entity_id: int, key: str) -> list[str]:
+        """The sessions of an entity with active messages or a stored state, in id order."""
+        return [str(sid) for (sid,) in self.db.execute(
+            f"SELECT session_id FROM messages WHERE eid = :eid AND subq = {_MAIN} AND state = {_ACTIVE} "
+            "AND session_id IS NOT NULL UNION SELECT session_id FROM sessions WHERE entity = :entity "
+            "AND state IS NOT NULL ORDER BY session_id", {"eid": entity_id, "entity": key})]
+
     def lock_session(self, key: str, session_id: str, token: bytes, until: float) -> None:
         """Lock a session (creating its row if needed)."""
         self.db.execute(

@@ -1,4 +1,4 @@
-"""Sessions on one partition: accept (a named or the next free session), renew, release, state."""
+"""Sessions on one partition: accept (a named or the next free session), renew, release, state, list."""
 from __future__ import annotations
 
 import os
@@ -78,3 +78,14 @@ def set_session_state(state: PartitionState, entity: str, session_id: str, token
     with state.store.transaction():
         state.held_session(frag, session_id, token, state.clock.now())
         state.queries.set_session_state(frag.key, session_id, session_state)
+
+
+def list_sessions(state: PartitionState, entity: str) -> list[str]:
+    """The sessions of a session-enabled entity here with active messages or a stored state, in id order."""
+    frag = state.fragment(entity)
+    if not frag.options["requires_session"]:
+        raise state.error(InvalidOperationError, f"entity {frag.name!r} does not require sessions, so it has none "
+                          "to list", frag.name)
+    with state.store.transaction():
+        state.activate_due(state.clock.now(), frag)
+    return state.queries.listed_sessions(frag.entity_id, frag.key)

@@ -3,8 +3,11 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import time
-from typing import Any, Callable
+import uuid
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 
 import ray
 
@@ -76,3 +79,22 @@ def short_tmpdir(prefix: str) -> str:
     import tempfile
 
     return tempfile.mkdtemp(prefix=prefix, dir="/tmp")
+
+
+def free_port() -> int:
+    """A TCP port free on this machine now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@contextmanager
+def serving_amqp(prefix: str) -> Iterator[rb.Namespace]:
+    """A standard namespace in memory (named `prefix-<random>`) that serves AMQP on a free port,
+    stopped at the end."""
+    name = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    ns = rb.start(name, durability="memory", amqp_port=free_port())
+    try:
+        yield ns
+    finally:
+        rb.stop(name)

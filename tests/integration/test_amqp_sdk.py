@@ -6,6 +6,7 @@ maps.
 All tests share one namespace that serves AMQP on a free port."""
 from __future__ import annotations
 
+import functools
 import socket
 import time
 import uuid
@@ -22,42 +23,39 @@ from azure.servicebus import (
 )
 from azure.servicebus.aio import ServiceBusClient as AsyncServiceBusClient
 from azure.servicebus.amqp import AmqpAnnotatedMessage, AmqpMessageBodyType
+from azure.servicebus._common import mgmt_handlers
 from azure.servicebus.exceptions import (
     MessageSizeExceededError,
     MessagingEntityNotFoundError,
     ServiceBusAuthenticationError,
+    ServiceBusAuthorizationError,
     ServiceBusError,
 )
 
 import ray_broker as rb
 from ray_broker.amqp.connection_string import connection_string
-from ray_broker.amqp.sas import make_token
+from ray_broker.amqp.sas import ROOT_KEY_NAME, make_token
+
+from .helpers import serving_amqp
 
 WAIT_S = 5
 SETTLED_WITHIN_S = 5.0
 """Time a settlement the front end answered has to reach the partition on a loaded machine."""
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def amqp_namespace(ray_instance: None) -> Iterator[rb.Namespace]:
     """A standard namespace in memory that serves AMQP on a free port."""
-    name = f"amqp-{uuid.uuid4().hex[:6]}"
-    ns = rb.start(name, durability="memory", amqp_port=free_port())
-    yield ns
-    rb.stop(name)
+    with serving_amqp("amqp") as ns:
+        yield ns
 
 
 @pytest.fixture(scope="module")
 def conn_str(amqp_namespace: rb.Namespace) -> str:
     config = amqp_namespace.config
     assert config.amqp_port is not None
-    return connection_string("localhost", config.amqp_port, config.shared_access_keys()[0])
+    [root] = [k for k in amqp_namespace.list_shared_access_keys() if k.name == ROOT_KEY_NAME]
+    return connection_string("localhost", config.amqp_port, root)
 
 
 @pytest.fixture
@@ -234,7 +232,7 @@ def test_an_unknown_entity_is_the_sdks_entity_not_found(conn_str: str) -> None:
 
 
 def test_a_wrong_key_or_expired_token_is_refused(amqp_namespace: rb.Namespace, conn_str: str, queue: str) -> None:
-    key = amqp_namespace.config.shared_access_keys()[0]
+    key = amqp_namespace.list_shared_access_keys()[0]
     wrong = conn_str.replace(key.key, "A" * len(key.key))
     with ServiceBusClient.from_connection_string(wrong, retry_total=0) as client:
         with pytest.raises(ServiceBusAuthenticationError):
@@ -372,6 +370,122 @@ async def test_a_released_message_comes_back_without_counting_a_delivery(amqp_na
             [again] = await receiver.receive_messages(1)
             assert (again.sequence_number, again.delivery_count) == (message.sequence_number, message.delivery_count)
             await receiver.complete_message(again)
+
+
+def test_the_sdk_lists_the_sessions_with_messages_or_state(amqp_namespace: rb.Namespace, conn_str: str) -> None:
+    queue = f"s-{uuid.uuid4().hex[:10]}"
+    amqp_namespace.create_queue(queue, requires_session=True)
+    topic = f"t-{uuid.uuid4().hex[:10]}"
+    amqp_namespace.create_topic(topic)
+    amqp_namespace.create_subscription(topic, "sessions", requires_session=True)
+    try:
+        with ServiceBusClient.from_connection_string(conn_str, retry_total=0) as client:
+            assert list(client.list_queue_sessions(queue)) == []
+            with client.get_queue_sender(queue) as sender:
+                sender.send_messages([ServiceBusMessage(s, session_id=s) for s in ("b", "a", "c")])
+            with client.get_queue_receiver(queue, session_id="c", max_wait_time=WAIT_S) as receiver:
+                receiver.complete_message(receive(receiver, 1)[0])
+                receiver.session.set_state(b"kept")
+            with client.get_queue_receiver(queue, session_id="b", max_wait_time=WAIT_S) as receiver:
+                receiver.complete_message(receive(receiver, 1)[0])
+            assert sorted(client.list_queue_sessions(queue)) == ["a", "c"]  # "b": no message, no state
+            with client.get_topic_sender(topic) as sender:
+                sender.send_messages(ServiceBusMessage("x", session_id="s-1"))
+            assert list(client.list_subscription_sessions(topic, "sessions")) == ["s-1"]
+            with pytest.raises(ServiceBusError, match="state_updated_after"):
+                list(client.list_queue_sessions(queue, state_updated_after=datetime.now(timezone.utc)))
+        assert amqp_namespace.list_queue_sessions(queue) == ["a", "c"]
+    finally:
+        amqp_namespace.delete_queue(queue)
+        amqp_namespace.delete_topic(topic)
+
+
+def management_call(receiver, operation: str, body: dict):  # type: ignore[no-untyped-def]
+    """A `$management` request through the SDK's own request/response path (the Python SDK has no
+    rule manager; the other SDKs send these operations as here)."""
+    return receiver._mgmt_request_response_with_retry(  # noqa: SLF001
+        f"com.microsoft:{operation}".encode(), body,
+        functools.partial(mgmt_handlers.default, amqp_transport=receiver._amqp_transport))  # noqa: SLF001
+
+
+def test_rules_are_added_enumerated_and_removed_through_management(amqp_namespace: rb.Namespace,
+                                                                   conn_str: str) -> None:
+    topic = f"t-{uuid.uuid4().hex[:10]}"
+    amqp_namespace.create_topic(topic)
+    amqp_namespace.create_subscription(topic, "red")
+    try:
+        with ServiceBusClient.from_connection_string(conn_str, retry_total=0) as client:
+            with client.get_subscription_receiver(topic, "red", max_wait_time=WAIT_S) as receiver:
+                management_call(receiver, "remove-rule", {"rule-name": "$Default"})
+                management_call(receiver, "add-rule", {"rule-name": "red", "rule-description": {
+                    "sql-filter": {"expression": "Color = 'Red'"},
+                    "sql-rule-action": {"expression": "SET Seen = 'yes'"}}})
+                management_call(receiver, "add-rule", {"rule-name": "important", "rule-description": {
+                    "correlation-filter": {"correlation-id": "important"}}})
+                listed = management_call(receiver, "enumerate-rules", {"top": 10, "skip": 0})
+                with pytest.raises(ServiceBusError, match="cannot parse the SQL filter"):
+                    management_call(receiver, "add-rule", {"rule-name": "bad", "rule-description": {
+                        "sql-filter": {"expression": "Color ="}}})
+            with client.get_topic_sender(topic) as sender:
+                sender.send_messages([ServiceBusMessage(c, application_properties={"Color": c}) for c in
+                                      ("Red", "Blue")] + [ServiceBusMessage("vip", correlation_id="important")])
+            with client.get_subscription_receiver(topic, "red", max_wait_time=WAIT_S) as receiver:
+                got = receive(receiver, 2)
+                assert sorted(str(m) for m in got) == ["Red", "vip"]
+                assert next(m for m in got if str(m) == "Red").application_properties[b"Seen"] == b"yes"
+                for message in got:
+                    receiver.complete_message(message)
+        names = sorted(r.name for r in amqp_namespace.list_rules(topic, "red"))
+        assert names == ["important", "red"]
+        assert len(listed[b"rules"]) == 2
+    finally:
+        amqp_namespace.delete_topic(topic)
+
+
+def test_named_keys_grant_their_rights_only(amqp_namespace: rb.Namespace, queue: str,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    import ray
+
+    from ray_broker.cli import main
+
+    port = amqp_namespace.config.amqp_port
+    assert port is not None
+    target = ["-n", amqp_namespace.name, "--address", str(ray.get_runtime_context().gcs_address)]
+    name = f"sender-{uuid.uuid4().hex[:6]}"
+    assert main(["keys", "add", *target, name, "--rights", "send"]) == 0
+    assert f"key {name!r} added (Send)" in capsys.readouterr().out
+    assert main(["keys", "list", *target]) == 0
+    assert name in capsys.readouterr().out
+    assert main(["connection-string", *target, "--key", name]) == 0
+    sender_conn = capsys.readouterr().out.strip()
+    assert f"SharedAccessKeyName={name};" in sender_conn
+    reader = amqp_namespace.add_shared_access_key(f"reader-{uuid.uuid4().hex[:6]}", ["listen"])
+    reader_conn = connection_string("localhost", port, reader)
+    with ServiceBusClient.from_connection_string(sender_conn, retry_total=0) as client:
+        with client.get_queue_sender(queue) as sender:
+            sender.send_messages(ServiceBusMessage("sent with Send"))
+        with pytest.raises(ServiceBusAuthorizationError):
+            with client.get_queue_receiver(queue, max_wait_time=WAIT_S) as receiver:
+                receiver.receive_messages(max_wait_time=WAIT_S)
+    with ServiceBusClient.from_connection_string(reader_conn, retry_total=0) as client:
+        with pytest.raises(ServiceBusAuthorizationError):
+            with client.get_queue_sender(queue) as sender:
+                sender.send_messages(ServiceBusMessage("refused"))
+        with client.get_queue_receiver(queue, max_wait_time=WAIT_S) as receiver:
+            [message] = receive(receiver, 1)
+            assert str(message) == "sent with Send"
+            receiver.complete_message(message)
+    assert main(["keys", "remove", *target, name]) == 0
+    assert main(["keys", "remove", *target, name]) == 1
+    assert f"no key named {name!r}" in capsys.readouterr().err
+    with ServiceBusClient.from_connection_string(sender_conn, retry_total=0) as client:
+        with pytest.raises(ServiceBusAuthenticationError):
+            with client.get_queue_sender(queue) as sender:
+                sender.send_messages(ServiceBusMessage("its key is gone"))
+    amqp_namespace.remove_shared_access_key(reader.name)
+    assert main(["keys", "add", *target, "x", "--rights", "admin"]) == 1
+    assert "rights among Manage, Send, Listen" in capsys.readouterr().err
+    assert [k.name for k in amqp_namespace.list_shared_access_keys()] == [ROOT_KEY_NAME]
 
 
 def test_a_front_end_whose_process_dies_is_restarted_and_listens_again(amqp_namespace: rb.Namespace, conn_str: str,

@@ -80,7 +80,9 @@ def test_a_data_body_that_looks_like_amqp_bytes_is_not_a_batch() -> None:
 
 @pytest.mark.parametrize("message, kind", [
     (AmqpAnnotatedMessage(value_body={"k": [1, 2]}), "value"),
+    (AmqpAnnotatedMessage(value_body={b"key": [-123, b"data", False]}), "value"),
     (AmqpAnnotatedMessage(sequence_body=[[1, "two"]]), "sequence"),
+    (AmqpAnnotatedMessage(sequence_body=[[{b"binary key": 1}]]), "sequence"),
 ])
 def test_value_and_sequence_bodies_go_out_as_they_came(message: AmqpAnnotatedMessage, kind: str) -> None:
     [envelope] = decode_transfer(sdk_payload(message))

@@ -234,3 +234,22 @@ def test_the_dead_letter_queue_of_a_session_queue_needs_no_session(broker: Broke
     assert (dead.body, dead.session_id, dead.dead_letter_reason) == (b"a1", "a", "r")
     with pytest.raises(InvalidOperationError):
         broker.receive(sq, subq=DEAD_LETTER, session=session)
+
+
+def test_the_sessions_listed_are_those_with_active_messages_or_a_state(broker: Broker, sq: str) -> None:
+    send_to(broker, sq, ("c", "c1"), ("a", "a1"), ("b", "b1"), ("d", "d1"))
+    assert broker.engine.list_sessions(sq) == ["a", "b", "c", "d"]
+    for session_id, action in (("b", "complete"), ("c", "defer"), ("d", "dead_letter")):
+        session = accept(broker, sq, session_id)
+        [msg] = broker.receive(sq, session=session)
+        broker.settle(sq, action, msg, session=session, reason="r" if action == "dead_letter" else None)
+        if session_id == "d":
+            broker.engine.set_session_state(sq, "d", session.lock_token, b"kept")
+        broker.engine.release_session(sq, session_id, session.lock_token)
+    assert broker.engine.list_sessions(sq) == ["a", "d"]  # b: completed; c: only deferred; d: its state
+
+
+def test_a_queue_without_sessions_has_none_to_list(broker: Broker) -> None:
+    broker.create_queue("q")
+    with pytest.raises(InvalidOperationError, match="does not require sessions"):
+        broker.engine.list_sessions("q")

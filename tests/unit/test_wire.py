@@ -31,6 +31,7 @@ EXAMPLES: dict[type[Any], wire.PartitionRequest] = {
     wire.GetEntity: wire.GetEntity("q"),
     wire.ListEntities: wire.ListEntities(),
     wire.Runtime: wire.Runtime("q"),
+    wire.ListSessions: wire.ListSessions("q"),
     wire.IntegrityCheck: wire.IntegrityCheck(),
     wire.AddRule: wire.AddRule("t/subscriptions/s", {"name": "r", "filter": {"kind": "true"}}),
     wire.UpdateRule: wire.UpdateRule("t/subscriptions/s", {"name": "r", "filter": {"kind": "false"}}),
