@@ -34,13 +34,11 @@ import pytest
 
 import ray_broker as rb
 from ray_broker.amqp.connection_string import connection_string
+from ray_broker.management_http.certificate import certificate_path
 
 from .helpers import serving_amqp
 from .sdk_samples import SampleRun, TlsEndpoint, fetch_samples, openssl_available, run_sample, sample_environment
 
-MANAGEMENT_API = False
-"""Whether the front end serves the ATOM management API (`ServiceBusAdministrationClient`) the
-mgmt_* samples and topic_subscription_with_rule_operations need: the one place to flip."""
 SAMPLE_TIMEOUT_S = 45.0
 """How long a sample may take before it is killed (and fails)."""
 STOP_AFTER_S = 8.0
@@ -87,13 +85,9 @@ class Expectation:
     skip: str | None = None
     stop_after: float | None = None
     """Seconds after which a sample that never ends by itself (it receives forever) is stopped."""
-    management_api: bool = False
-    """Whether it needs the ATOM management API (see `MANAGEMENT_API`)."""
 
     def skip_reason(self) -> str | None:
         """Why the sample does not run here, if it does not."""
-        if self.management_api and not MANAGEMENT_API:
-            return "needs the ATOM management API (ServiceBusAdministrationClient), not yet served by the front end"
         return self.skip
 
 
@@ -313,16 +307,15 @@ EXPECTATIONS: dict[str, Expectation] = {
     "proxy": Expectation(
         "", skip="needs an HTTP proxy with credentials at 127.0.0.1:8899 written into the sample; " + NOT_HERE),
     "mgmt_queue": Expectation("no queue: one made, listed, read, updated and deleted",
-                              created_then_deleted("queue"), management_api=True),
+                              created_then_deleted("queue")),
     "mgmt_topic": Expectation("no topic: one made, listed, read, updated and deleted",
-                              created_then_deleted("topic"), management_api=True),
+                              created_then_deleted("topic")),
     "mgmt_subscription": Expectation("no new subscription: one made, listed, read, updated and deleted",
-                                     created_then_deleted("subscription"), management_api=True),
+                                     created_then_deleted("subscription")),
     "mgmt_rule": Expectation("the \"$Default\" rule only: two rules made, listed, updated and deleted",
-                             rules_back_to_default, management_api=True),
+                             rules_back_to_default),
     "topic_subscription_with_rule_operations": Expectation(
-        "four subscriptions with rules, each receiving what its filter selects, then deleted", selected_by_rules,
-        management_api=True),
+        "four subscriptions with rules, each receiving what its filter selects, then deleted", selected_by_rules),
 }
 
 ASYNC_EXPECTATIONS: dict[str, Expectation] = {
@@ -394,6 +387,7 @@ def launched(samples_namespace: rb.Namespace, samples_dir: Path,
     assert port is not None
     root = next(k for k in ns.list_shared_access_keys() if k.name == "RootManageSharedAccessKey")
     sender_key = ns.add_shared_access_key("samples-sender", ["Send"])
+    ca_file = str(certificate_path(ns.config.name, ns.config.data_dir))
     workdir = tmp_path_factory.mktemp("samples")
     tls = TlsEndpoint(workdir, port) if openssl_available() else None
     pool = ThreadPoolExecutor(CONCURRENT_SAMPLES)
@@ -417,6 +411,7 @@ def launched(samples_namespace: rb.Namespace, samples_dir: Path,
                 "SERVICEBUS_SESSION_ID": entities.session_id,
                 "SERVICEBUS_FULLY_QUALIFIED_NAMESPACE": tls.host if tls else "",
                 "SERVICEBUS_SAS_POLICY": sender_key.name, "SERVICEBUS_SAS_KEY": sender_key.key,
+                "REQUESTS_CA_BUNDLE": ca_file, "SSL_CERT_FILE": ca_file,  # the administration client's TLS
                 **({"PYTHONPATH": os.pathsep.join(filter(None, [str(tls.trust_path), os.environ.get("PYTHONPATH")]))}
                    if tls else {})})
             launched.entities[sample] = entities
