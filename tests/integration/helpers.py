@@ -1,14 +1,16 @@
-"""Helpers for integration tests: partition processes, draining queues."""
+"""Helpers for integration tests: partition processes, draining queues, free ports, AMQP connection strings."""
 from __future__ import annotations
 
 import os
 import signal
+import socket
 import time
 from typing import Any, Callable
 
 import ray
 
 import ray_broker as rb
+from ray_broker.amqp.connection_string import connection_string
 
 
 def partition_handle(ns: rb.Namespace, index: int) -> Any:
@@ -76,3 +78,17 @@ def short_tmpdir(prefix: str) -> str:
     import tempfile
 
     return tempfile.mkdtemp(prefix=prefix, dir="/tmp")
+
+
+def free_port() -> int:
+    """A TCP port free on this machine right now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def amqp_connection_string(ns: rb.Namespace) -> str:
+    """The connection string an SDK uses to reach `ns`'s AMQP front end on this machine."""
+    config = ns.config
+    assert config.amqp_port is not None
+    return connection_string("localhost", config.amqp_port, config.shared_access_keys()[0])

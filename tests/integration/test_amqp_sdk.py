@@ -30,32 +30,16 @@ from azure.servicebus.exceptions import (
 )
 
 import ray_broker as rb
-from ray_broker.amqp.connection_string import connection_string
 from ray_broker.amqp.sas import make_token
+
+from .helpers import amqp_connection_string
 
 WAIT_S = 5
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-@pytest.fixture(scope="module")
-def amqp_namespace(ray_instance: None) -> Iterator[rb.Namespace]:
-    """A standard namespace in memory that serves AMQP on a free port."""
-    name = f"amqp-{uuid.uuid4().hex[:6]}"
-    ns = rb.start(name, durability="memory", amqp_port=free_port())
-    yield ns
-    rb.stop(name)
-
-
 @pytest.fixture(scope="module")
 def conn_str(amqp_namespace: rb.Namespace) -> str:
-    config = amqp_namespace.config
-    assert config.amqp_port is not None
-    return connection_string("localhost", config.amqp_port, config.shared_access_keys()[0])
+    return amqp_connection_string(amqp_namespace)
 
 
 @pytest.fixture
