@@ -19,9 +19,15 @@ What a connection serves:
   outcome the client waits for is echoed once the settlement is checked and buffered, as the
   Python client's own `complete_message` returns: it reaches the partition with the receiver's
   next call or within 50 ms; one that meets an expired lock there only makes the message come
-  back (at least once). The dispositions read in one pass over the engine's events are settled
-  by one task, in the order they came, and their echoes leave in one write.
+  back (at least once). A deferral is echoed once the partition applied it. The dispositions read
+  in one pass over the engine's events are settled by one task, in the order they came, and their
+  echoes leave in one write.
 - `<entity>/$management`: see `management.py`.
+
+Limits (see `limits.py`): the Open advertises the tier's frame size and an idle timeout (a
+connection silent for longer is closed); every link advertises the tier's message size, and a
+transfer that grows past it is refused with `amqp:link:message-size-exceeded` without being held
+in memory; a transfer the client aborts, or leaves unfinished when it goes, stores nothing.
 
 An unknown entity is refused with `amqp:not-found`; bytes that are no AMQP close this connection
 only. When the connection goes, its receivers close: messages fetched but never delivered are
@@ -36,17 +42,20 @@ import uuid
 from functools import partial
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable
 
-from proton import Collector, Connection, Delivery, Endpoint, Event, Link, Message, Terminus, Transport
+from proton import Collector, Condition, Connection, Delivery, Endpoint, Event, Link, Message, Terminus, Transport
 
 from ..errors import (
     InvalidOperationError,
     MessageLockLostError,
+    MessageSizeExceededError,
     MessagingEntityNotFoundError,
     SessionLockLostError,
     UnauthorizedError,
 )
 from ..protocol import NEXT_AVAILABLE_SESSION, ReceiveMode
+from ..sku import get_sku
 from .conditions import error_condition
+from .limits import ConnectionLimits, limits_for
 from .management import ManagementNode
 from .mapping import decode_transfer, delivery_tag, encode_received
 from .outcomes import dead_letter_reason, settle_action
@@ -99,16 +108,21 @@ class AmqpConnection:
         namespace: the namespace's async client handle, which every broker call goes through.
         keys: gives the namespace's shared access keys (tokens are checked against them).
         clock: epoch seconds now (token expiry).
+        limits: frame size, message size and idle timeout (default: those of the namespace's tier).
     """
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, namespace: Namespace,
-                 keys: Callable[[], Awaitable[Iterable[SasKey]]], clock: Callable[[], float] = time.time) -> None:
+                 keys: Callable[[], Awaitable[Iterable[SasKey]]], clock: Callable[[], float] = time.time,
+                 limits: ConnectionLimits | None = None) -> None:
         self._reader = reader
         self._writer = writer
         self.namespace = namespace
         self._keys = keys
         self._clock = clock
+        self.limits = limits or limits_for(get_sku(namespace.config.sku))
         self.transport = Transport(Transport.SERVER)
+        self.transport.max_frame_size = self.limits.max_frame_bytes
+        self.transport.idle_timeout = self.limits.idle_timeout_s
         self.transport.sasl().allowed_mechs("ANONYMOUS")
         self.connection = Connection()
         self._collector = Collector()
@@ -118,6 +132,8 @@ class AmqpConnection:
         self._senders: dict[Link, tuple[Sender, asyncio.Lock]] = {}
         self._receivers: dict[Link, ReceiveLink] = {}
         self._management: dict[Link, ManagementNode] = {}
+        self._oversized: dict[Delivery, BaseException] = {}
+        """Transfers being received that are already too large: their bytes are dropped as they come."""
         self._tasks: set[asyncio.Task[Any]] = set()
         self._outcomes: list[tuple[ReceiveLink, Delivery]] = []
         """Dispositions of received messages that arrived in this pass over the engine's events."""
@@ -250,6 +266,7 @@ class AmqpConnection:
         link.target.copy(link.remote_target)
         link.snd_settle_mode = link.remote_snd_settle_mode
         link.rcv_settle_mode = link.remote_rcv_settle_mode
+        link.max_message_size = self.limits.max_message_bytes
         if is_cbs(address):
             link.open()
             if link.is_receiver:
@@ -382,20 +399,48 @@ class AmqpConnection:
     def _delivery(self, delivery: Delivery) -> None:
         link = delivery.link
         if link.is_receiver:
-            if delivery.partial or not delivery.readable:
+            if delivery.aborted:  # the client gave the transfer up: nothing of it is kept
+                self._oversized.pop(delivery, None)
+                link.advance()
+                delivery.settle()
+            elif self._whole(delivery):
+                self._take(link, delivery)
+            else:
                 return
-            payload = link.recv(delivery.pending)
-            link.advance()
-            if is_cbs(link.remote_target.address):
-                self.spawn(self._put_token(link, delivery, payload))
-            elif link in self._management:
-                self.spawn(self._management[link].request(delivery, payload))
-            elif link in self._senders:
-                self.spawn(self._store(link, delivery, payload))
             if link.credit < INCOMING_CREDIT // 2:
                 link.flow(INCOMING_CREDIT - link.credit)
         elif delivery.updated and link in self._receivers:
             self._outcomes.append((self._receivers[link], delivery))
+
+    def _take(self, link: Link, delivery: Delivery) -> None:
+        """Handle a complete transfer from the client: a `$cbs` or `$management` request, or
+        messages to store (refused at once if it grew too large)."""
+        payload = link.recv(delivery.pending)
+        link.advance()
+        too_large = self._oversized.pop(delivery, None)
+        if too_large is not None:
+            self._answer(delivery, error_condition(too_large))
+        elif is_cbs(link.remote_target.address):
+            self.spawn(self._put_token(link, delivery, payload))
+        elif link in self._management:
+            self.spawn(self._management[link].request(delivery, payload))
+        elif link in self._senders:
+            self.spawn(self._store(link, delivery, payload))
+
+    def _whole(self, delivery: Delivery) -> bool:
+        """Whether an incoming transfer is complete and readable; the bytes of one that has grown
+        past the message size limit are dropped as they come, and it is remembered as too large."""
+        if not delivery.readable:
+            return False
+        if delivery in self._oversized:
+            delivery.link.recv(delivery.pending)
+        else:
+            try:
+                self.limits.check_transfer(delivery.pending)
+            except MessageSizeExceededError as exc:
+                self._oversized[delivery] = exc
+                delivery.link.recv(delivery.pending)
+        return not delivery.partial
 
     def respond(self, request_link: Link, response: Message) -> None:
         """Send a response on the session's link whose source is the request link's target (the
@@ -448,14 +493,18 @@ class AmqpConnection:
                 outcome = None
             except Exception as exc:  # noqa: BLE001 - every failure is answered on the delivery
                 outcome = error_condition(exc)
-            if not delivery.settled:
-                if outcome is None:
-                    delivery.update(Delivery.ACCEPTED)
-                else:
-                    delivery.local.condition = outcome
-                    delivery.update(Delivery.REJECTED)
-                delivery.settle()
-            self.pump()
+            self._answer(delivery, outcome)
+
+    def _answer(self, delivery: Delivery, refusal: Condition | None) -> None:
+        """Settle a transfer the client sent: accepted, or rejected with `refusal`."""
+        if not delivery.settled:
+            if refusal is None:
+                delivery.update(Delivery.ACCEPTED)
+            else:
+                delivery.local.condition = refusal
+                delivery.update(Delivery.REJECTED)
+            delivery.settle()
+        self.pump()
 
     async def _receive_loop(self, state: ReceiveLink) -> None:
         """While the link is open: receive as many messages as the client gives credit for and
@@ -523,10 +572,13 @@ class AmqpConnection:
             return
         remote = delivery.remote
         outcome = delivery.remote_state
+        action = settle_action(outcome, remote.undeliverable)
         try:
-            await self.settle(state.receiver, message, settle_action(outcome, remote.undeliverable),
+            # a deferral is answered once applied: the client's next step is to receive the message
+            # by its sequence number through `$management`, which must find it deferred
+            await self.settle(state.receiver, message, action,
                               *dead_letter_reason(remote.condition) if outcome == Delivery.REJECTED else (),
-                              confirm=False)
+                              confirm=action == "defer")
             if not delivery.settled:
                 delivery.update(outcome)
         except Exception as exc:  # noqa: BLE001 - answered on the delivery

@@ -9,7 +9,9 @@ goes out again as the same section.
 Outbound, a received message carries the annotations the SDKs read (`x-opt-sequence-number`,
 `x-opt-enqueued-time`, `x-opt-locked-until`, ...), its lock token travels as the delivery tag in
 .NET GUID byte order (the SDKs read `uuid.UUID(bytes_le=tag)`), and the header's delivery count is
-the number of earlier deliveries.
+the number of earlier deliveries. A message sent without a message id goes out with one, as
+Service Bus gives every message an id (the JavaScript SDK keys its lock renewals by it): the hex
+form of its sequence number, the same on every delivery and peek.
 
 Values are read with `decoding.py` and written with `encoding.py` (plain `struct` work, several
 times cheaper per message than proton's `Data` and `Message` wrappers).
@@ -210,6 +212,17 @@ def lock_token_of_tag(tag: bytes) -> uuid.UUID:
     return uuid.UUID(bytes_le=bytes(tag))
 
 
+def message_id_of(message: ReceivedMessage) -> str:
+    """The message id a received message goes out with: its own, or one made from its sequence number.
+
+    Example:
+        message_id_of(message_without_an_id_at_sequence_number_7)  # '00000000000000000000000000000007'
+    """
+    if message.message_id is not None:
+        return message.message_id
+    return uuid.UUID(int=message.sequence_number).hex
+
+
 def encode_received(message: ReceivedMessage, *, peeked: bool = False) -> bytes:
     """A received (or peeked) broker message as an encoded AMQP message with the annotations the
     SDKs read."""
@@ -249,7 +262,7 @@ def encode_received(message: ReceivedMessage, *, peeked: bool = False) -> bytes:
 def _properties_out(message: ReceivedMessage) -> list[Any]:
     """The fields of a message's properties section, without the trailing empty ones."""
     expires = message.expires_at_utc
-    fields = [message.message_id, None, message.to, message.subject, message.reply_to, message.correlation_id,
+    fields = [message_id_of(message), None, message.to, message.subject, message.reply_to, message.correlation_id,
               None if message.content_type is None else symbol(message.content_type), None,
               expires if expires is not None and expires.year < 9999 else None, None, message.session_id, None,
               message.reply_to_session_id]

@@ -1,10 +1,15 @@
 """Integration fixtures: the session's namespace reached on the direct path (the default) or,
-in modules that set `BOTH_PATHS = True`, on both the direct path and the gateway relay."""
+in modules that set `BOTH_PATHS = True`, on both the direct path and the gateway relay; and a
+namespace that serves AMQP, one per module that asks for it."""
 from __future__ import annotations
+
+from typing import Iterator
 
 import pytest
 
 import ray_broker as rb
+
+from .helpers import amqp_connection_string, serving_amqp
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -22,3 +27,16 @@ def client_path(request: pytest.FixtureRequest) -> str:
 def namespace(namespace: rb.Namespace, client_path: str) -> rb.Namespace:
     """The session's namespace, on the test's client path."""
     return rb.Namespace(namespace.config, relay=client_path == "relay")
+
+
+@pytest.fixture(scope="module")
+def amqp_namespace(ray_instance: None) -> Iterator[rb.Namespace]:
+    """A standard namespace in memory that serves AMQP on a free port (one per test module)."""
+    with serving_amqp("amqp") as ns:
+        yield ns
+
+
+@pytest.fixture(scope="module")
+def conn_str(amqp_namespace: rb.Namespace) -> str:
+    """The connection string of the module's AMQP namespace (its root key)."""
+    return amqp_connection_string(amqp_namespace)

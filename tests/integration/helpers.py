@@ -1,4 +1,4 @@
-"""Helpers for integration tests: partition processes, draining queues."""
+"""Helpers for integration tests: partition processes, draining queues, free ports, AMQP connection strings."""
 from __future__ import annotations
 
 import os
@@ -12,6 +12,7 @@ from typing import Any, Callable, Iterator
 import ray
 
 import ray_broker as rb
+from ray_broker.amqp.connection_string import connection_string
 
 
 def partition_handle(ns: rb.Namespace, index: int) -> Any:
@@ -82,7 +83,7 @@ def short_tmpdir(prefix: str) -> str:
 
 
 def free_port() -> int:
-    """A TCP port free on this machine now."""
+    """A TCP port free on this machine right now."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
@@ -98,3 +99,10 @@ def serving_amqp(prefix: str) -> Iterator[rb.Namespace]:
         yield ns
     finally:
         rb.stop(name)
+
+
+def amqp_connection_string(ns: rb.Namespace) -> str:
+    """The connection string an SDK uses to reach `ns`'s AMQP front end on this machine."""
+    config = ns.config
+    assert config.amqp_port is not None
+    return connection_string("localhost", config.amqp_port, config.shared_access_keys()[0])

@@ -34,8 +34,6 @@ import ray_broker as rb
 from ray_broker.amqp.sas import SasKey, make_token
 from ray_broker.management_http.certificate import certificate_path
 
-from .test_amqp_sdk import amqp_namespace, conn_str  # noqa: F401 - the module's namespace, as there
-
 WAIT_S = 5
 
 

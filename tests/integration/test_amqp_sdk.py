@@ -36,26 +36,9 @@ import ray_broker as rb
 from ray_broker.amqp.connection_string import connection_string
 from ray_broker.amqp.sas import ROOT_KEY_NAME, make_token
 
-from .helpers import serving_amqp
-
 WAIT_S = 5
 SETTLED_WITHIN_S = 5.0
 """Time a settlement the front end answered has to reach the partition on a loaded machine."""
-
-
-@pytest.fixture(scope="module")
-def amqp_namespace(ray_instance: None) -> Iterator[rb.Namespace]:
-    """A standard namespace in memory that serves AMQP on a free port."""
-    with serving_amqp("amqp") as ns:
-        yield ns
-
-
-@pytest.fixture(scope="module")
-def conn_str(amqp_namespace: rb.Namespace) -> str:
-    config = amqp_namespace.config
-    assert config.amqp_port is not None
-    [root] = [k for k in amqp_namespace.list_shared_access_keys() if k.name == ROOT_KEY_NAME]
-    return connection_string("localhost", config.amqp_port, root)
 
 
 @pytest.fixture

@@ -18,7 +18,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -29,7 +28,7 @@ from typing import Iterator
 import pytest
 import ray
 
-from .helpers import isolated_env, short_tmpdir
+from .helpers import free_port, isolated_env, short_tmpdir
 
 pytestmark = pytest.mark.ray
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -51,13 +50,6 @@ def readme_quickstart() -> str:
     """The Python block of README's Quickstart section, exactly as written."""
     section = README.read_text(encoding="utf-8").split("## Quickstart", 1)[1]
     return re.search(r"```python\n(.*?)```", section, re.S).group(1)  # type: ignore[union-attr]
-
-
-def free_port() -> int:
-    """A TCP port nothing listens on right now."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def run(command: list[str], env: dict[str, str], timeout: float = 240) -> subprocess.CompletedProcess[str]:

@@ -126,6 +126,14 @@ def test_a_peeked_message_has_no_lock_and_its_full_delivery_count() -> None:
     assert out.header.delivery_count == 2 and b"x-opt-locked-until" not in out.message_annotations
 
 
+def test_a_message_sent_without_an_id_goes_out_with_one_from_its_sequence_number() -> None:
+    message = received({"body": b"x"})
+    ids = {decode_payload(memoryview(encode_received(message, peeked=peeked))).properties.message_id
+           for peeked in (False, True)}
+    assert ids == {uuid.UUID(int=(3 << 48) + 7).hex.encode()}  # the same on every delivery and peek
+    assert message.message_id is None  # the broker's message is unchanged
+
+
 def test_the_delivery_tag_is_the_lock_token_in_dotnet_byte_order() -> None:
     message = received({"body": b"x"})
     tag = delivery_tag(message)
