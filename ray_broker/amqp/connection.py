@@ -49,6 +49,7 @@ from ..errors import (
     MessageLockLostError,
     MessageSizeExceededError,
     MessagingEntityNotFoundError,
+    ServiceBusError,
     SessionLockLostError,
     UnauthorizedError,
 )
