@@ -43,7 +43,7 @@ from ..config import (
     token_hash,
 )
 from ..engine.store_lock import holder_of, refusal
-from ..errors import ClusterUnreachableError, NamespaceNotRunningError
+from ..errors import ClusterUnreachableError, NamespaceNotRunningError, StoreLockedError
 from .blocking import BLOCKING
 from .flow import drive, drive_async
 from .ray_notices import silence_ray_notices
@@ -207,6 +207,16 @@ def stores_free_flow(config: NamespaceConfig, wait_s: float = 0.0) -> LifecycleF
             yield Pause(STORE_POLL_S)
 
 
+def stores_let_go_flow(config: NamespaceConfig) -> LifecycleFlow[None]:
+    """Wait (up to `TEARDOWN_WAIT_S`) until the partitions just killed let their stores on this
+    machine go, so that a `start` right after `stop` finds them free. A store still held then is
+    left to `start` to report."""
+    try:
+        yield from stores_free_flow(config, wait_s=TEARDOWN_WAIT_S)
+    except StoreLockedError:
+        return
+
+
 def ensure_stores_free(config: NamespaceConfig, wait_s: float = 0.0) -> None:
     """`stores_free_flow`, in this thread."""
     run_blocking(stores_free_flow(config, wait_s))
@@ -307,6 +317,8 @@ def stop_flow(name: str, *, delete_data: bool, address: str | None = None) -> Li
                                   None if config is None else config.gateways,
                                   None if config is None else config.replicas))
     if not delete_data:
+        if config is not None:
+            yield from stores_let_go_flow(config)
         return None
     directory = config.data_dir if config is not None else default_data_dir(name)
     stored = load_config(directory) if directory and os.path.isdir(directory) else None

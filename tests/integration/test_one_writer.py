@@ -106,3 +106,19 @@ def test_a_killed_partition_takes_its_store_lock_back(held_namespace: tuple[rb.N
     assert holder is not None and holder.pid == new_pid != old_pid
     with ns.get_queue_receiver("keyed", max_wait_time=5) as receiver:
         assert [m.body for m in drain(receiver, expected=20)] == [f"k{i}".encode() for i in range(20)]
+
+
+def test_a_stopped_namespace_starts_again_at_once_with_what_it_held(ray_instance: None, tmp_path: Path) -> None:
+    """`stop` returns once the stopped partitions let their stores go, so `start` right after it
+    takes them back (no `StoreLockedError`) with every message."""
+    data_dir = str(tmp_path / "again")
+    ns = rb.start("again", sku="premium", partitions=2, data_dir=data_dir, durability="normal")
+    try:
+        ns.create_queue("q", enable_partitioning=True)
+        with ns.get_queue_sender("q") as sender:
+            sender.send_messages([rb.Message(f"m{i}") for i in range(6)])
+        rb.stop("again")
+        ns = rb.start("again", sku="premium", partitions=2, data_dir=data_dir, durability="normal")
+        assert ns.get_queue_runtime_properties("q").active_message_count == 6
+    finally:
+        rb.stop("again", delete_data=True)
