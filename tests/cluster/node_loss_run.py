@@ -28,6 +28,7 @@ from ray_broker.config import NODE_DATA_DIR_ENV, STORE_LABEL
 from ray_broker.routing import partition_for_key
 from spark_bridge.entity import Entity
 from spark_bridge.sending import send_spread
+from tests.cluster.scenario import interruptible
 
 PARTITIONS = 6
 GATEWAYS = 3
@@ -227,4 +228,5 @@ def main(root: Path) -> dict[str, object]:
 
 
 if __name__ == "__main__":
+    interruptible()
     print(json.dumps(main(Path(sys.argv[1]))))

@@ -32,6 +32,7 @@ from tests.chaos.test_chaos import (
     ChaosRun,
     Kill,
 )
+from tests.cluster.scenario import interruptible
 
 CI_MESSAGES = 4_000
 DEADLINE_S = 900.0
@@ -96,6 +97,7 @@ def scenario(root: Path, total: int) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
+    interruptible()
     try:
         result = scenario(Path(sys.argv[1]), int(sys.argv[2]) if len(sys.argv) > 2 else CI_MESSAGES)
     except Exception as exc:  # noqa: BLE001 - reported to the test as JSON

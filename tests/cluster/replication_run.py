@@ -39,6 +39,7 @@ from ray_broker.errors import InvalidOperationError, MessageLockLostError
 from ray_broker.routing import partition_for_key
 
 from .replicated_load import OUTPUT, SESSIONS, STAGE, SUBSCRIPTIONS, TOPIC, Load, create_entities
+from .scenario import interruptible
 
 PARTITIONS = 8
 REPLICAS = 3
@@ -342,6 +343,7 @@ def scenario(root: Path) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
+    interruptible()
     try:
         result = scenario(Path(sys.argv[1]))
     except Exception as exc:  # noqa: BLE001 - reported to the test as JSON

@@ -117,6 +117,13 @@ def observed_in(scenario: Scenario, status: int, out: str, err: str) -> dict[str
     return result
 
 
+def interruptible() -> None:
+    """Make Ctrl-C raise KeyboardInterrupt in a scenario process even when it was started with
+    SIGINT ignored (as a test run in the background of a non-interactive shell starts its
+    commands), so that `BackgroundScenarios.close` ends it through its clean-up (its cluster shut down)."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def work_root() -> Path:
     """A new directory for a session's scenario work directories."""
     return Path(tempfile.mkdtemp(prefix="rb-cluster-"))
