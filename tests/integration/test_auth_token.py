@@ -1,8 +1,6 @@
 """`auth_token`: a namespace started with a token admits only clients that present it."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 import ray_broker as rb
@@ -10,10 +8,12 @@ import ray_broker.aio as rba
 from ray_broker.config import AUTH_TOKEN_ENV
 
 
-@pytest.fixture
-def guarded(ray_instance: None, tmp_path: Path):  # type: ignore[no-untyped-def]
-    """Namespace "guarded", started with the token "s3cret"."""
-    ns = rb.start("guarded", data_dir=str(tmp_path / "guarded"), auth_token="s3cret")
+@pytest.fixture(scope="module")
+def guarded(ray_instance: None, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """Namespace "guarded" (2 partitions: the token is checked the same whatever their count), started
+    with the token "s3cret"."""
+    ns = rb.start("guarded", sku="premium", partitions=2, data_dir=str(tmp_path_factory.mktemp("guarded")),
+                  auth_token="s3cret")
     yield ns
     rb.stop("guarded", delete_data=True)
 
