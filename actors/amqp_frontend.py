@@ -89,7 +89,7 @@ class AmqpFrontend:
             namespace = Namespace(config)
             names = (socket.gethostname(), ray.util.get_node_ip_address())
             tls = server_context(*ensure_certificate(certificate_dir(config.name, config.data_dir), config.name, names))
-            service = ManagementService(namespace, config.shared_access_keys())
+            service = ManagementService(namespace, namespace.list_shared_access_keys)
             http = partial(serve_http, handler=service.handle, default_host=f"localhost:{config.amqp_port}")
             self._listener = SniffingListener(partial(self._accept, namespace), http, tls)
             self._port = await self._listener.listen(LISTEN_HOST, config.amqp_port or 0)

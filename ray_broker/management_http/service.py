@@ -11,7 +11,7 @@ import logging
 import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Mapping
 
 from ..amqp.sas import SasKey
 from ..errors import (
@@ -97,13 +97,15 @@ class ManagementService:
 
     Args:
         namespace: the namespace's async client handle.
-        keys: the namespace's shared access keys.
+        keys: gives the namespace's shared access keys, asked at each request (as the AMQP
+            connection asks at each put-token), so keys made or removed count at once.
         clock: epoch seconds now (token expiry).
     """
 
-    def __init__(self, namespace: Namespace, keys: Sequence[SasKey], clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, namespace: Namespace, keys: Callable[[], Awaitable[Iterable[SasKey]]],
+                 clock: Callable[[], float] = time.time) -> None:
         self._namespace = namespace
-        self._keys = tuple(keys)
+        self._keys = keys
         self._clock = clock
         self._message_size = message_size_fixed(namespace.sku.max_message_bytes // 1024)
         self._partitions = namespace.sku.fixed_partitions or 1
@@ -113,8 +115,9 @@ class ManagementService:
         """Answer `request`, which reached the server as `host` (host:port, for links)."""
         try:
             target = route(request.method, request.target)
-            authorize(request.headers, target.entity_path, self._keys, self._clock())
-            return await self._serve(target, request, host)
+            keys = tuple(await self._keys())
+            authorize(request.headers, target.entity_path, keys, self._clock())
+            return await self._serve(target, request, host, keys)
         except ServiceBusError as exc:
             return error_reply(exc)
         except Exception as exc:  # noqa: BLE001 - the server answers 500 and keeps serving
@@ -123,7 +126,7 @@ class ManagementService:
 
     # ------------------------------------------------------------------ routing
 
-    async def _serve(self, target: Route, request: Request, host: str) -> Reply:
+    async def _serve(self, target: Route, request: Request, host: str, keys: tuple[SasKey, ...]) -> Reply:
         base = f"https://{host}"
         if target.resource is Resource.NAMESPACE:
             return self._entry_reply(200, atom.entry(base, "$namespaceinfo", self._namespace.config.name,
@@ -136,7 +139,7 @@ class ManagementService:
         if target.method == "GET":
             title, description, updated = await self._get(target, host)
             return self._entry_reply(200, atom.entry(base, target.path, title, description, updated))
-        return await self._put(target, request, base, host)
+        return await self._put(target, request, base, host, keys)
 
     @staticmethod
     def _entry_reply(status: int, element: ET.Element) -> Reply:
@@ -236,7 +239,8 @@ class ManagementService:
             except MessagingEntityNotFoundError:
                 await ns.delete_topic(target.entity)
 
-    async def _put(self, target: Route, request: Request, base: str, host: str) -> Reply:
+    async def _put(self, target: Route, request: Request, base: str, host: str,
+                   keys: tuple[SasKey, ...]) -> Reply:
         updating = request.headers.get("if-match", "").strip() == "*"
         if target.resource is Resource.RULE:
             rule = read_rule(atom.entry_content(request.body, ("RuleDescription",)), target.rule)
@@ -252,7 +256,7 @@ class ManagementService:
         description = atom.entry_content(request.body, [k.element for k in kinds])
         kind = next(k for k in kinds if description.tag == atom.sb(k.element))
         options = read_options(kind, description, self._extra(kind), DEFAULT_RULE_ELEMENTS)
-        check_forwarding(request.headers, options, self._keys, self._clock())
+        check_forwarding(request.headers, options, keys, self._clock())
         if updating:
             await self._update(kind, target, options)
         else:

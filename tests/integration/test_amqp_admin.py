@@ -31,6 +31,7 @@ from azure.servicebus.management import (
 )
 
 import ray_broker as rb
+from ray_broker.amqp.connection_string import connection_string
 from ray_broker.amqp.sas import SasKey, make_token
 from ray_broker.management_http.certificate import certificate_path
 
@@ -305,3 +306,29 @@ def test_the_cli_prints_where_the_certificate_is(amqp_namespace: rb.Namespace, c
     assert main(["connection-string", *target, "--ca-file"]) == 0
     printed = capsys.readouterr().out.strip()
     assert printed == ca_file and open(printed).read().startswith("-----BEGIN CERTIFICATE-----")
+
+
+def test_named_keys_count_at_once_for_the_management_api(amqp_namespace: rb.Namespace, ca_file: str) -> None:
+    """The management API checks tokens against the namespace's keys as they are now, as the AMQP
+    port does: a new key with Manage works at once, one with Listen only is refused, a removed one too."""
+    port = amqp_namespace.config.amqp_port
+    assert port is not None
+    manager = amqp_namespace.add_shared_access_key(unique("manager"), ["Manage"])
+    listener = amqp_namespace.add_shared_access_key(unique("listener"), ["Listen"])
+    try:
+        with ServiceBusAdministrationClient.from_connection_string(connection_string("localhost", port, manager)) \
+                as client:
+            assert isinstance(list(client.list_queues()), list)
+        with ServiceBusAdministrationClient.from_connection_string(connection_string("localhost", port, listener)) \
+                as client:
+            with pytest.raises(ClientAuthenticationError):
+                list(client.list_queues())
+        amqp_namespace.remove_shared_access_key(manager.name)
+        with ServiceBusAdministrationClient.from_connection_string(connection_string("localhost", port, manager)) \
+                as client:
+            with pytest.raises(ClientAuthenticationError):
+                list(client.list_queues())
+    finally:
+        for key in (manager, listener):
+            if key.name in {k.name for k in amqp_namespace.list_shared_access_keys()}:
+                amqp_namespace.remove_shared_access_key(key.name)
