@@ -19,10 +19,9 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Callable
 
 import psutil
 import ray
@@ -34,6 +33,7 @@ from azure.servicebus.aio import ServiceBusClient as AsyncServiceBusClient
 import ray_broker as rb
 from ray_broker.amqp.connection_string import connection_string
 
+from .baselines import free_port
 from .common import (
     broker_namespace,
     drain_received,
@@ -66,13 +66,6 @@ class AmqpConfig:
     per_connection: int = 100
 
 
-def free_port() -> int:
-    """A TCP port free on this machine now."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 class CpuClock:
     """CPU seconds (user + system) used so far by this process and by the front end's."""
 
@@ -85,6 +78,20 @@ class CpuClock:
         return {"wall": time.perf_counter(), **cpu}
 
 
+def receive_all(receive: Callable[[int], list[Any]], complete: Callable[[Any], None], total: int, batch_size: int,
+                who: str) -> None:
+    """Receive (`receive(at_most)`) and complete `total` messages, at most `batch_size` per call;
+    a receive that finds nothing is an error."""
+    got = 0
+    while got < total:
+        batch = receive(min(batch_size, total - got))
+        if not batch:
+            raise RuntimeError(f"{who} received {got} of {total} messages")
+        for message in batch:
+            complete(message)
+        got += len(batch)
+
+
 def own_client_round(ns: rb.Namespace, body: bytes, config: AmqpConfig, clock: CpuClock) -> dict[str, float]:
     """Send every batch, then receive and complete every message, through the Python client."""
     total = config.batches * config.batch_size
@@ -94,14 +101,8 @@ def own_client_round(ns: rb.Namespace, body: bytes, config: AmqpConfig, clock: C
             sender.send_messages([rb.Message(body) for _ in range(config.batch_size)])
     sent = clock.read()
     with ns.get_queue_receiver(QUEUE) as receiver:
-        got = 0
-        while got < total:
-            batch = drain_received(receiver, min(config.batch_size, total - got), WAIT_S)
-            if not batch:
-                raise RuntimeError(f"the Python client received {got} of {total} messages")
-            for message in batch:
-                receiver.complete_message(message)
-            got += len(batch)
+        receive_all(lambda n: drain_received(receiver, n, WAIT_S), receiver.complete_message, total,
+                    config.batch_size, "the Python client")
     return phases(total, began, sent, clock.read())
 
 
@@ -118,15 +119,8 @@ def sdk_round(conn_str: str, body: bytes, config: AmqpConfig, clock: CpuClock) -
                 sender.send_messages(batch)
         sent = clock.read()
         with client.get_queue_receiver(QUEUE, max_wait_time=WAIT_S) as receiver:
-            got = 0
-            while got < total:
-                batch = receiver.receive_messages(max_message_count=min(config.batch_size, total - got),
-                                                  max_wait_time=WAIT_S)
-                if not batch:
-                    raise RuntimeError(f"the SDK received {got} of {total} messages")
-                for message in batch:
-                    receiver.complete_message(message)
-                got += len(batch)
+            receive_all(lambda n: receiver.receive_messages(max_message_count=n, max_wait_time=WAIT_S),
+                        receiver.complete_message, total, config.batch_size, "the SDK")
     return phases(total, began, sent, clock.read())
 
 

@@ -273,7 +273,8 @@ def queue_cycle(queue: Queue, bodies: list[bytes], batches: int, warmup: int) ->
 
 # ---------------------------------------------------------------------- Redis Streams
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
@@ -296,7 +297,7 @@ def redis_server(enabled: bool = True) -> Iterator[tuple[Any, str | None]]:
     except ImportError:
         yield None, "the redis Python package is missing (pip install redis); Redis baseline skipped"
         return
-    port, workdir = _free_port(), tempfile.mkdtemp(prefix="rb-bench-redis-")
+    port, workdir = free_port(), tempfile.mkdtemp(prefix="rb-bench-redis-")
     proc = subprocess.Popen(
         [exe, "--bind", "127.0.0.1", "--port", str(port), "--dir", workdir, "--save", "", "--appendonly", "yes",
          "--appendfsync", "everysec", "--protected-mode", "yes"],
