@@ -57,61 +57,17 @@ from ray_broker.wire import (
     decode_router_args,
 )
 
+from .gateway_handles import GatewayHandles
 from .gateway_keys import GatewayKeys
-from .handles import alive_nodes, find_actor, head_node, partition_actor
+from .handles import alive_nodes, find_actor, head_node
 from .leadership import DecidedElsewhere, ReplicaSets
 
 SWEEP_INTERVAL_S = 30.0
-REPLACE_WAIT_S = 10.0
-"""How long a replacement waits for Ray to free a dead partition actor's name."""
-REPLACE_POLL_S = 0.05
 CALLER_CHECK_AFTER_S = 0.5
 """A receive that took longer than this (it waited) checks that its caller is still there."""
 MAX_SUBSCRIPTIONS_PER_TOPIC = 2000
 IMMUTABLE_OPTIONS = {"queue": IMMUTABLE_QUEUE_OPTIONS, "topic": IMMUTABLE_TOPIC_OPTIONS,
                      "subscription": IMMUTABLE_SUBSCRIPTION_OPTIONS}
-
-
-class GatewayHandles:
-    """Partition handles as the gateway holds them: created on first use, recreated when one died
-    for good, each with an epoch that counts its recreations."""
-
-    def __init__(self, config: NamespaceConfig) -> None:
-        self.config = config
-        self._handles: list[Any] = [None] * config.partition_count
-        self.epochs = [0] * config.partition_count
-
-    def handle(self, index: int) -> Any:
-        """Partition `index`'s handle (the actor is created from its store if it does not exist)."""
-        if self._handles[index] is None:
-            self._handles[index] = partition_actor(self.config, index)
-        return self._handles[index]
-
-    async def replace(self, index: int) -> None:
-        """Recreate partition `index` (from its store, on a live node when its own is gone) after
-        its actor died for good.
-
-        Ray frees a dead actor's name a moment after its death is reported, and until then a lookup
-        by name finds the dead actor again: so the lookup is repeated until it gives another actor
-        (for up to `REPLACE_WAIT_S`)."""
-        dead = self._handles[index]
-        give_up = time.monotonic() + REPLACE_WAIT_S
-        handle = partition_actor(self.config, index)
-        while dead is not None and handle._actor_id == dead._actor_id and time.monotonic() < give_up:
-            await asyncio.sleep(REPLACE_POLL_S)
-            handle = partition_actor(self.config, index)
-        self._handles[index] = handle
-        self.epochs[index] += 1
-
-    async def ready(self) -> None:
-        """Nothing to wait for: handles are made on first use."""
-
-    async def refresh(self, index: int) -> None:
-        """Nothing to look up: a partition that does not answer is where it was."""
-
-    def table(self) -> dict[str, Any]:
-        """The routing table: every partition's handle and epoch."""
-        return {"handles": [self.handle(k) for k in range(self.config.partition_count)], "epochs": list(self.epochs)}
 
 
 class Gateway:
@@ -134,6 +90,7 @@ class Gateway:
             "list_entities": self.list_entities, "add_rule": self.add_rule, "update_rule": self.update_rule,
             "remove_rule": self.remove_rule, "runtime": self.runtime, "list_sessions": self.list_sessions,
             "routing_table": self.routing_table, "partition_failed": self.partition_failed,
+            "partition_unreachable": self.partition_unreachable,
             "shared_access_keys": self.keys.listed, "add_shared_access_key": self.keys.add,
             "remove_shared_access_key": self.keys.remove,
         }
@@ -162,6 +119,17 @@ class Gateway:
                 await self.router.reach.call_one(index, ListEntities())
             except PartitionUnavailable:
                 pass
+        return self.handles.table()
+
+    async def partition_unreachable(self, index: int, epoch: int) -> dict[str, Any]:
+        """A client's calls to partition `index` (as of `epoch`) went unanswered, a quick probe
+        too: recreate it if it answers here (`GatewayHandles.unreachable`; with several replicas
+        the control plane's own watch judges leaders), and return the current routing table."""
+        if not 0 <= index < self.count:
+            raise InvalidOperationError(f"partition {index} does not exist in namespace {self.config.name!r}")
+        if not isinstance(self.handles, GatewayHandles):
+            return await self.routing_table()
+        await self.handles.unreachable(index, epoch)
         return self.handles.table()
 
     # ------------------------------------------------------------------ entities

@@ -96,6 +96,9 @@ class ReplicaSets:
     async def refresh(self, index: int) -> None:
         """Nothing to fetch: this is where leaders are decided (`watch` replaces one that hangs)."""
 
+    async def unanswered(self, index: int, handle: Any) -> None:
+        """Nothing to report: this is where leaders are decided (`watch` replaces one that hangs)."""
+
     async def failed(self, index: int, epoch: int) -> None:
         """A client found the leader of partition `index` of `epoch` gone: elect anew, unless that was
         done already or the leader answers as leader."""

@@ -450,8 +450,10 @@ class PartitionActor:
         with self._calls_lock:
             return dict(self._calls)
 
+    @ray.method(concurrency_group="health")
     def pid(self) -> int:
-        """The process id (for operators and failure tests)."""
+        """The process id (for operators and failure tests, and the probe of a partition that let
+        a call time out: answered on a thread of its own, whatever the other calls wait on)."""
         return os.getpid()
 
     def node(self) -> str:

@@ -7,6 +7,7 @@ and asks the gateway again when one has died.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from typing import Any, Callable, Protocol, Sequence
 
@@ -25,6 +26,7 @@ from ..errors import NotLeaderError, unwrap_remote_error
 from ..wire import PartitionRequest, SessionRef, encode
 from .channel import PartitionUnavailable, Request
 
+logger = logging.getLogger("ray_broker.routing")
 REFRESH_EVERY_S = 0.5
 """How often at most a client fetches the routing table again because a replicated partition did
 not answer."""
@@ -37,6 +39,8 @@ REFUSED_RESTARTING = "The actor is restarting."
 restarting (an actor with `max_task_retries=0`, as partitions are)."""
 NEVER_STARTED = "The actor never ran"
 """How Ray's `ActorDiedError` says the actor was cancelled before it ever started."""
+PROBE_TIMEOUT_S = 5.0
+"""How long an actor has to answer `pid` (a call that waits on nothing) to count as answering."""
 
 
 def never_sent(exc: BaseException) -> bool:
@@ -83,6 +87,8 @@ class TableHandles:
         self._table: dict[str, Any] | None = None
         self._clock = clock
         self._refreshed = -REFRESH_EVERY_S
+        self._looking: dict[int, asyncio.Future[None]] = {}
+        """Partitions that let a call time out, being looked into (`unanswered`)."""
 
     @property
     def loaded(self) -> bool:
@@ -118,6 +124,39 @@ class TableHandles:
         self._refreshed = now
         self._table = await self._gateway.call_async("routing_table", timeout=60.0)
 
+    async def unanswered(self, index: int, handle: Any) -> None:
+        """A call to partition `index` on `handle` timed out: look into it in the background, so
+        that the caller's failure is not held up, once at a time per partition (`_look_into`).
+        With replicated partitions the control plane watches leaders itself, and a timeout
+        refetches the table (`refresh`)."""
+        assert self._table is not None
+        if self._table.get("replicated") or index in self._looking:
+            return
+        looking = self._looking[index] = asyncio.ensure_future(
+            self._look_into(index, handle, self._table["epochs"][index]))
+        looking.add_done_callback(lambda _: self._looking.pop(index, None))
+
+    async def _look_into(self, index: int, handle: Any, epoch: int) -> None:
+        """Unless a probe of `handle` answers, tell the gateway, which recreates the partition if it
+        answers there (this process's Ray then lost track of the actor), and take its table."""
+        if await answers(handle):
+            return
+        try:
+            self._table = await self._gateway.call_async("partition_unreachable", index, epoch, timeout=60.0)
+        except Exception:  # noqa: BLE001 - the next call that times out reports it again
+            logger.warning("could not report partition %d, which does not answer this process, to the gateway",
+                           index, exc_info=True)
+
+
+async def answers(handle: Any, timeout: float = PROBE_TIMEOUT_S) -> bool:
+    """Whether the actor behind `handle` answers `pid` within `timeout` (False when Ray reports
+    a failure instead)."""
+    try:
+        await asyncio.wait_for(asyncio.wrap_future(handle.pid.remote().future()), timeout=timeout)
+    except (RayError, asyncio.TimeoutError):
+        return False
+    return True
+
 
 def actor_identity(handle: Any) -> Any:
     """What tells actors apart across handle objects: a Ray actor handle's actor id (every routing
@@ -138,6 +177,11 @@ class HandleSource(Protocol):
 
     async def refresh(self, index: int) -> None:
         """Partition `index` did not answer in time: look again where it is (if that can change)."""
+        ...
+
+    async def unanswered(self, index: int, handle: Any) -> None:
+        """A call to partition `index` on `handle` got no answer in time: have it looked at by
+        whoever can replace it, if anyone."""
         ...
 
 
@@ -246,7 +290,8 @@ class RayChannel:
 
     async def _await(self, index: int, handle: Any, ref: Any, timeout: float) -> Any:
         """The result of the call `ref` on `handle`, or its failure; an actor found dead for good
-        is remembered as dead and replaced (through the handle source)."""
+        is remembered as dead and replaced, and one that let the call time out is reported
+        (`unanswered`), through the handle source."""
         try:
             value = await asyncio.wait_for(asyncio.wrap_future(ref.future()), timeout=max(timeout, 0.001))
         except (RayError, asyncio.TimeoutError) as exc:
@@ -260,6 +305,9 @@ class RayChannel:
                 raise self._classify(index, handle, exc) from None
             if isinstance(exc, (asyncio.TimeoutError, ActorUnavailableError)):
                 await self.source.refresh(index)
-            raise self._failure(index, handle, ref, exc) from None
+            error = self._failure(index, handle, ref, exc)
+            if isinstance(exc, asyncio.TimeoutError):
+                await self.source.unanswered(index, handle)
+            raise error from None
         self._answered[index] = actor_identity(handle)
         return value
