@@ -135,3 +135,28 @@ def test_gateway_killed_is_recreated_by_the_client(namespace: rb.Namespace, queu
         bodies = {m.body for m in drain(receiver)}
     assert {f"{p}{i}".encode() for p in "abc" for i in range(10)} <= bodies
     namespace.delete_queue(queue_name)
+
+
+def test_a_partition_reported_unreachable_while_it_answers_is_recreated_with_its_messages(
+        namespace: rb.Namespace, queue_name: str) -> None:
+    """What the gateway does when a caller's Ray lost track of a running partition (its calls and a
+    probe went unanswered there): the partition comes back as a new actor under a new epoch, from
+    its store, and callers holding the old handle carry on."""
+    namespace.create_queue(queue_name, enable_partitioning=True)
+    victim = 6
+    key = _key_for(victim)
+    gateway = ray.get_actor(f"{namespace.name}.gateway.0", namespace="ray_broker")
+    with namespace.get_queue_sender(queue_name) as sender:
+        sender.send_messages([rb.Message(b"m", partition_key=key, message_id=f"m{i}") for i in range(20)])
+        before = ray.get(gateway.call.remote("routing_table"))
+        after = ray.get(gateway.call.remote("partition_unreachable", victim, before["epochs"][victim]), timeout=60)
+        assert after["epochs"][victim] == before["epochs"][victim] + 1
+        assert after["handles"][victim]._actor_id != before["handles"][victim]._actor_id, "a new actor"
+        again = ray.get(gateway.call.remote("partition_unreachable", victim, before["epochs"][victim]), timeout=60)
+        assert again["epochs"] == after["epochs"], "a report about an older epoch changes nothing"
+        sender.send_messages([rb.Message(b"n", partition_key=key, message_id=f"n{i}") for i in range(5)],
+                             timeout=60)
+    with namespace.get_queue_receiver(queue_name) as receiver:
+        ids = {m.message_id for m in drain(receiver, expected=25)}
+    assert ids == {f"m{i}" for i in range(20)} | {f"n{i}" for i in range(5)}
+    namespace.delete_queue(queue_name)
