@@ -383,10 +383,12 @@ class AmqpConnection:
         self.pump()
 
     async def _close_receiver(self, state: ReceiveLink) -> None:
-        """Stop a link's credit loop, release what it received and never sent (no delivery
+        """Stop a link's credit loop (and wait until it has stopped: a receive it was awaiting
+        releases what it brought), release what it received and never sent (no delivery
         counted), and close its broker receiver."""
         if state.task is not None:
             state.task.cancel()
+            await asyncio.gather(state.task, return_exceptions=True)
         undelivered, state.undelivered = state.undelivered, []
         try:
             for message in undelivered:
