@@ -5,7 +5,6 @@ however many callers report it. Fake handles, no Ray running."""
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import itertools
 from types import SimpleNamespace
 from typing import Any
@@ -20,25 +19,9 @@ from ray_broker.routing.channel import PartitionUnavailable
 from ray_broker.routing.ray_channel import RayChannel, TableHandles, answers
 from ray_broker.wire import ListEntities
 
+from .fake_ray import FakeRef
+
 _actor_ids = itertools.count()
-
-
-class _Ref:
-    """An actor call's object ref: answered with `value`, failed with an error, or never answered."""
-
-    def __init__(self, outcome: Any = None, *, silent: bool = False) -> None:
-        self.outcome = outcome
-        self.silent = silent
-
-    def future(self) -> concurrent.futures.Future[Any]:
-        done: concurrent.futures.Future[Any] = concurrent.futures.Future()
-        if self.silent:
-            return done
-        if isinstance(self.outcome, BaseException):
-            done.set_exception(self.outcome)
-        else:
-            done.set_result(self.outcome)
-        return done
 
 
 class _Actor:
@@ -50,15 +33,15 @@ class _Actor:
         self.pid_calls = 0
         self.pid_mode = pid
         self.pid = SimpleNamespace(remote=self._pid)
-        self.run = SimpleNamespace(remote=lambda *args: _Ref(silent=True))
+        self.run = SimpleNamespace(remote=lambda *args: FakeRef(silent=True))
 
-    def _pid(self) -> _Ref:
+    def _pid(self) -> FakeRef:
         self.pid_calls += 1
         if self.pid_mode == "answers":
-            return _Ref(1234)
+            return FakeRef(1234)
         if self.pid_mode == "fails":
-            return _Ref(ActorUnavailableError("unreachable", None))
-        return _Ref(silent=True)
+            return FakeRef(ActorUnavailableError("unreachable", None))
+        return FakeRef(silent=True)
 
 
 class _Gateway:

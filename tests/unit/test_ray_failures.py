@@ -5,7 +5,6 @@ where a partition goes when the node it is placed on by id is gone."""
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 from types import SimpleNamespace
 from typing import Any
 
@@ -39,6 +38,8 @@ from ray_broker.routing.ray_channel import (
     classify_ray_failure,
 )
 from ray_broker.wire import ListEntities
+
+from .fake_ray import FakeRef
 
 NODE_LOSS_ERRORS: list[RayError] = [
     ActorUnschedulableError("The node specified via NodeAffinitySchedulingStrategy doesn't exist any more"),
@@ -95,21 +96,6 @@ def test_any_other_failure_may_have_reached_its_partition(exc: BaseException) ->
     assert isinstance(outcome, PartitionUnavailable) and outcome.reached
 
 
-class _Ref:
-    """An actor call's object ref that answered `outcome`, or failed with it when it is an error."""
-
-    def __init__(self, outcome: Any) -> None:
-        self.outcome = outcome
-
-    def future(self) -> concurrent.futures.Future[Any]:
-        done: concurrent.futures.Future[Any] = concurrent.futures.Future()
-        if isinstance(self.outcome, BaseException):
-            done.set_exception(self.outcome)
-        else:
-            done.set_result(self.outcome)
-        return done
-
-
 class _FailingSource:
     """One partition whose actor answers its first `answers` calls, then fails every call with
     `error`; its replacement never comes. With `new_handles`, every handle asked for is a new
@@ -126,9 +112,9 @@ class _FailingSource:
     def _new_handle(self) -> SimpleNamespace:
         return SimpleNamespace(run=SimpleNamespace(remote=self._run), _actor_id="actor-0")
 
-    def _run(self, *args: Any) -> _Ref:
+    def _run(self, *args: Any) -> FakeRef:
         self.calls += 1
-        return _Ref([] if self.calls <= self.answers else self.error)
+        return FakeRef([] if self.calls <= self.answers else self.error)
 
     def handle(self, index: int) -> Any:
         return self._new_handle() if self.new_handles else self.actor
