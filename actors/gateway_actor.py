@@ -109,8 +109,7 @@ class Gateway:
         """A client found partition `index` (as of `epoch`) dead for good: recreate it (with
         several replicas: find it a leader) unless that was done already, and return the current
         routing table."""
-        if not 0 <= index < self.count:
-            raise InvalidOperationError(f"partition {index} does not exist in namespace {self.config.name!r}")
+        self._check_partition(index)
         if not isinstance(self.handles, GatewayHandles):
             await self.handles.ready()
             await self.handles.failed(index, epoch)
@@ -121,12 +120,16 @@ class Gateway:
                 pass
         return self.handles.table()
 
+    def _check_partition(self, index: int) -> None:
+        """`InvalidOperationError` unless partition `index` exists in this namespace."""
+        if not 0 <= index < self.count:
+            raise InvalidOperationError(f"partition {index} does not exist in namespace {self.config.name!r}")
+
     async def partition_unreachable(self, index: int, epoch: int) -> dict[str, Any]:
         """A client's calls to partition `index` (as of `epoch`) went unanswered, a quick probe
         too: recreate it if it answers here (`GatewayHandles.unreachable`; with several replicas
         the control plane's own watch judges leaders), and return the current routing table."""
-        if not 0 <= index < self.count:
-            raise InvalidOperationError(f"partition {index} does not exist in namespace {self.config.name!r}")
+        self._check_partition(index)
         if not isinstance(self.handles, GatewayHandles):
             return await self.routing_table()
         await self.handles.unreachable(index, epoch)

@@ -16,6 +16,7 @@ import actors.gateway_handles as gateway_handles
 from actors.gateway_handles import GatewayHandles
 from ray_broker.config import NamespaceConfig
 from ray_broker.routing.channel import PartitionUnavailable
+import ray_broker.routing.ray_channel as ray_channel
 from ray_broker.routing.ray_channel import RayChannel, TableHandles, answers
 from ray_broker.wire import ListEntities
 
@@ -87,7 +88,7 @@ def test_a_probe_that_gets_no_answer_in_time_counts_as_silence() -> None:
 
 
 def test_a_call_that_times_out_is_reported_to_the_handle_source(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(gateway_handles.ray, "cancel", lambda ref: None)
+    monkeypatch.setattr(ray_channel.ray, "cancel", lambda ref: None)
     actor = _Actor()
     reported: list[tuple[int, Any]] = []
 
