@@ -7,13 +7,17 @@ not speak gRPC (a web server, say), so it is no Ray head's GCS; or the address i
 (`ray://`) address, which the broker does not use.
 
 A Ray head's GCS is a gRPC server, so it answers the HTTP/2 connection preface with a SETTINGS
-frame; an HTTP/1 server answers it with text or closes. A cluster that serves gRPC over TLS
-(`RAY_USE_TLS`) is checked for a listener only.
+frame; an HTTP/1 server answers it with text or closes. Other gRPC servers answer the preface
+too (a raylet's or a dashboard agent's port, Ray Client's server, a gRPC proxy), so one call
+that only a GCS serves follows: any other gRPC server answers it `UNIMPLEMENTED`. A cluster that
+serves gRPC over TLS (`RAY_USE_TLS`) is checked for a listener only.
 """
 from __future__ import annotations
 
 import os
 import socket
+
+import grpc
 
 from ..errors import ClusterUnreachableError
 
@@ -23,6 +27,9 @@ HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 """What every HTTP/2 client sends first (RFC 9113, section 3.4)."""
 EMPTY_SETTINGS_FRAME = b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
 """A SETTINGS frame with no settings: length 0, type 4, no flags, stream 0."""
+GCS_CALL = "/ray.rpc.NodeInfoGcsService/GetClusterId"
+"""A call every Ray head's GCS serves, with an empty request (answered, or refused for want of the
+cluster's token, by a GCS; `UNIMPLEMENTED` by any other gRPC server)."""
 FRAME_HEADER_BYTES = 9
 SETTINGS_FRAME_TYPE = 4
 _TLS_ENV = "RAY_USE_TLS"
@@ -61,11 +68,26 @@ def check_ray_head(address: str, timeout: float = PROBE_TIMEOUT_S) -> None:
         if os.environ.get(_TLS_ENV, "").lower() in ("1", "true"):
             return
         reply = _http2_reply(connection)
-    if len(reply) == FRAME_HEADER_BYTES and reply[3] == SETTINGS_FRAME_TYPE:
-        return
-    raise ClusterUnreachableError(
-        f"{address} answers but is not a Ray head (GCS): {_describe(reply, timeout)}. That may be the dashboard or "
-        f"another service; {_HOW_TO_CHECK}")
+    if len(reply) != FRAME_HEADER_BYTES or reply[3] != SETTINGS_FRAME_TYPE:
+        raise ClusterUnreachableError(
+            f"{address} answers but is not a Ray head (GCS): {_describe(reply, timeout)}. That may be the dashboard "
+            f"or another service; {_HOW_TO_CHECK}")
+    if not _serves_gcs_calls(address, timeout):
+        raise ClusterUnreachableError(
+            f"{address} answers gRPC but is not a Ray head (GCS): it does not serve the GCS's calls. That may be a "
+            f"raylet's or a dashboard agent's port, Ray Client's server or a proxy; {_HOW_TO_CHECK}")
+
+
+def _serves_gcs_calls(address: str, timeout: float) -> bool:
+    """Whether the gRPC server at `address` serves `GCS_CALL` (only `UNIMPLEMENTED` says it does
+    not: a GCS that is slow or wants a token is still a GCS). Straight to the address, as Ray's
+    own clients go, whatever proxy the environment names."""
+    with grpc.insecure_channel(address, options=[("grpc.enable_http_proxy", 0)]) as channel:
+        try:
+            channel.unary_unary(GCS_CALL)(b"", timeout=timeout)
+        except grpc.RpcError as exc:
+            return exc.code() != grpc.StatusCode.UNIMPLEMENTED  # type: ignore[attr-defined]
+    return True
 
 
 def _http2_reply(connection: socket.socket) -> bytes:

@@ -6,13 +6,16 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from typing import Callable
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from typing import Callable, Iterator
 
+import grpc
 import pytest
 
 import ray_broker as rb
 from ray_broker.client import lifecycle
-from ray_broker.client.reach import EMPTY_SETTINGS_FRAME, HTTP2_PREFACE, check_ray_head, host_and_port
+from ray_broker.client.reach import EMPTY_SETTINGS_FRAME, GCS_CALL, HTTP2_PREFACE, check_ray_head, host_and_port
 from ray_broker.errors import ClusterUnreachableError, InvalidArgumentError
 
 
@@ -34,9 +37,49 @@ def serve_once(answer: Callable[[socket.socket], None]) -> tuple[str, list[bytes
     return f"127.0.0.1:{listener.getsockname()[1]}", received
 
 
-def test_a_grpc_server_answering_with_settings_passes() -> None:
-    address, received = serve_once(lambda c: c.sendall(b"\x00\x00\x06\x04\x00\x00\x00\x00\x00" + bytes(6)))
-    check_ray_head(address)
+@contextmanager
+def grpc_server(methods: dict[str, Callable[[bytes, grpc.ServicerContext], bytes]]) -> Iterator[str]:
+    """A gRPC server on 127.0.0.1 serving `methods` (full method name to handler, raw bytes in and
+    out); its address."""
+    handlers = {name: grpc.unary_unary_rpc_method_handler(handler) for name, handler in methods.items()}
+
+    class Methods(grpc.GenericRpcHandler):
+        def service(self, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
+            return handlers.get(details.method)
+
+    server = grpc.server(ThreadPoolExecutor(max_workers=2), handlers=[Methods()])
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        server.stop(None)
+
+
+def _wants_a_token(request: bytes, context: grpc.ServicerContext) -> bytes:
+    context.abort(grpc.StatusCode.UNAUTHENTICATED, "InvalidAuthToken: Authentication token is missing or incorrect")
+    raise AssertionError("abort raises")
+
+
+@pytest.mark.parametrize("answer", [lambda request, context: b"\x0a\x1cthe-cluster-id", _wants_a_token],
+                         ids=["answers", "wants-a-token"])
+def test_a_grpc_server_that_serves_the_gcs_call_passes(answer: Callable[[bytes, grpc.ServicerContext], bytes]) -> None:
+    with grpc_server({GCS_CALL: answer}) as address:
+        check_ray_head(address)
+
+
+def test_a_grpc_server_that_is_not_a_gcs_is_no_ray_head() -> None:
+    with grpc_server({"/ray.rpc.NodeManagerService/GetNodeStats": lambda request, context: b""}) as address:
+        began = time.monotonic()
+        with pytest.raises(ClusterUnreachableError, match=f"{address} answers gRPC but is not a Ray head \\(GCS\\)"):
+            check_ray_head(address)
+    assert time.monotonic() - began < 3
+
+
+def test_the_probe_opens_with_the_http2_preface() -> None:
+    address, received = serve_once(lambda c: None)
+    with pytest.raises(ClusterUnreachableError):
+        check_ray_head(address)
     assert received == [HTTP2_PREFACE + EMPTY_SETTINGS_FRAME]
 
 
