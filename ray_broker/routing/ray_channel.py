@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any, Callable, Protocol, Sequence
 
 import ray
@@ -164,6 +165,17 @@ def actor_identity(handle: Any) -> Any:
     return getattr(handle, "_actor_id", handle)
 
 
+@dataclass(frozen=True)
+class Sent:
+    """A call sent to a partition: the handle it went on, its object ref, and whether that actor
+    was already known dead for good when it was sent (Ray then fails the call without sending it,
+    so it cannot have run)."""
+
+    handle: Any
+    ref: Any
+    to_dead: bool
+
+
 class HandleSource(Protocol):
     """Where a channel gets partition actor handles."""
 
@@ -201,13 +213,18 @@ class RayChannel:
         self._answered: dict[int, Any] = {}
         """Each partition's actor (`actor_identity`) that last answered a call: it was placed and ran."""
 
-    def _submit(self, index: int, calls: Sequence[PartitionRequest]) -> tuple[Any, Any]:
-        """Send `calls` to partition `index`, encoded (`wire.encode`): the handle used, and the
-        call's object ref."""
+    def _send(self, index: int, submit: Callable[[Any], Any]) -> Sent:
+        """Send a call to partition `index` (`submit` makes it on the current handle), noting
+        first whether that actor is known dead for good."""
         handle = self.source.handle(index)
+        to_dead = self._dead.get(index) == actor_identity(handle)
+        return Sent(handle, submit(handle), to_dead)
+
+    def _submit(self, index: int, calls: Sequence[PartitionRequest]) -> Sent:
+        """Send `calls` to partition `index`, encoded (`wire.encode`), in one actor call."""
         if len(calls) == 1:
-            return handle, handle.run.remote(*encode(calls[0]))
-        return handle, handle.run_batch.remote([encode(call) for call in calls])
+            return self._send(index, lambda handle: handle.run.remote(*encode(calls[0])))
+        return self._send(index, lambda handle: handle.run_batch.remote([encode(call) for call in calls]))
 
     @staticmethod
     def _results(calls: Sequence[PartitionRequest], value: Any) -> list[Any]:
@@ -215,99 +232,94 @@ class RayChannel:
 
     async def call(self, index: int, calls: Sequence[PartitionRequest], timeout: float) -> list[Any]:
         """Run `calls` on partition `index` in one actor call; engine errors come back typed."""
-        handle, ref = self._submit(index, calls)
-        return self._results(calls, await self._await(index, handle, ref, timeout))
+        return self._results(calls, await self._await(index, self._submit(index, calls), timeout))
 
     def call_now(self, requests: Sequence[Request], timeout: float) -> list[list[Any] | BaseException]:
         """Run round trips at once with `ray.get` on the caller's thread; each one's results or error."""
-        sent: list[tuple[Any, Any] | PartitionUnavailable] = []
+        submitted: list[Sent | PartitionUnavailable] = []
         for index, calls in requests:
             try:
-                sent.append(self._submit(index, calls))
+                submitted.append(self._submit(index, calls))
             except PartitionUnavailable as unavailable:
-                sent.append(unavailable)
+                submitted.append(unavailable)
         deadline = time.monotonic() + timeout
         outcomes: list[list[Any] | BaseException] = []
-        for (index, calls), submitted in zip(requests, sent):
-            if isinstance(submitted, PartitionUnavailable):
-                outcomes.append(submitted)
+        for (index, calls), sent in zip(requests, submitted):
+            if isinstance(sent, PartitionUnavailable):
+                outcomes.append(sent)
                 continue
-            handle, ref = submitted
             try:
-                value = ray.get(ref, timeout=max(deadline - time.monotonic(), 0.001))
-                self._answered[index] = actor_identity(handle)
+                value = ray.get(sent.ref, timeout=max(deadline - time.monotonic(), 0.001))
+                self._answered[index] = actor_identity(sent.handle)
                 outcomes.append(self._results(calls, value))
             except RayError as exc:
-                outcomes.append(self._failure(index, handle, ref, exc))
+                outcomes.append(self._failure(index, sent, exc))
         return outcomes
 
-    def _classify(self, index: int, handle: Any, exc: BaseException) -> BaseException:
-        """`classify_ray_failure`, where a call on a handle already known dead for good never
-        reached the partition, and one that found no place to run on a handle that answered before
-        may have: Ray reports the death of an actor that cannot be made again on its lost node as
-        unschedulable to the calls that were under way too."""
+    def _classify(self, index: int, sent: Sent, exc: BaseException) -> BaseException:
+        """`classify_ray_failure`, where a call sent on a handle already known dead for good
+        never reached the partition, and one that found no place to run on a handle that answered
+        before may have: Ray reports the death of an actor that cannot be made again on its lost
+        node as unschedulable to the calls that were under way too. A call under way when another
+        found the actor dead may have run, however it failed."""
         error = classify_ray_failure(index, exc)
         if not isinstance(error, PartitionUnavailable):
             return error
-        actor = actor_identity(handle)
-        if error.reached and self._dead.get(index) == actor:
+        if error.reached and sent.to_dead:
             return PartitionUnavailable(index, error.reason, reached=False)
-        if not error.reached and isinstance(exc, UNPLACEABLE) and self._answered.get(index) == actor \
-                and self._dead.get(index) != actor:
+        if not error.reached and isinstance(exc, UNPLACEABLE) and not sent.to_dead \
+                and self._answered.get(index) == actor_identity(sent.handle):
             return PartitionUnavailable(index, error.reason, reached=True)
         return error
 
-    def _failure(self, index: int, handle: Any, ref: Any, exc: BaseException) -> BaseException:
-        """The error a failed call on `handle` stands for (`_classify`); a call that got no
-        answer is cancelled."""
-        error = self._classify(index, handle, exc)
+    def _failure(self, index: int, sent: Sent, exc: BaseException) -> BaseException:
+        """The error a failed call stands for (`_classify`); a call that got no answer is cancelled."""
+        error = self._classify(index, sent, exc)
         if isinstance(error, PartitionUnavailable):
-            ray.cancel(ref)
+            ray.cancel(sent.ref)
         return error
 
     async def wait_available(self, index: int, entity: str, subq: int, session_id: str | None, free_session: bool,
                              timeout: float) -> bool:
         """Wait on partition `index` (it wakes its waiters when a message arrives); False after `timeout`."""
-        handle = self.source.handle(index)
-        ref = handle.wait_available.remote(entity, subq, session_id, free_session, timeout)
-        return bool(await self._await(index, handle, ref, timeout + 5.0))
+        sent = self._send(index, lambda handle: handle.wait_available.remote(entity, subq, session_id, free_session,
+                                                                             timeout))
+        return bool(await self._await(index, sent, timeout + 5.0))
 
     async def receive_waiting(self, index: int, receiver_id: str, entity: str, subq: int, max_count: int, mode: str,
                               session: SessionRef | None, seen: int | None,
                               timeout: float) -> dict[str, Any]:
         """A waiting receive on partition `index`: its reply carries the messages that woke it (to
         this process only while it lives: the call carries its `caller_token`)."""
-        handle = self.source.handle(index)
-        ref = handle.receive_waiting.remote(receiver_id, entity, subq, max_count, mode,
-                                            None if session is None else list(session), seen, timeout,
-                                            caller_token())
-        return dict(await self._await(index, handle, ref, timeout + 5.0))
+        sent = self._send(index, lambda handle: handle.receive_waiting.remote(
+            receiver_id, entity, subq, max_count, mode, None if session is None else list(session), seen, timeout,
+            caller_token()))
+        return dict(await self._await(index, sent, timeout + 5.0))
 
     async def end_waits(self, index: int, receiver_id: str) -> None:
         """End `receiver_id`'s waiting receive on partition `index`."""
-        handle = self.source.handle(index)
-        await self._await(index, handle, handle.end_waits.remote(receiver_id), 5.0)
+        await self._await(index, self._send(index, lambda handle: handle.end_waits.remote(receiver_id)), 5.0)
 
-    async def _await(self, index: int, handle: Any, ref: Any, timeout: float) -> Any:
-        """The result of the call `ref` on `handle`, or its failure; an actor found dead for good
-        is remembered as dead and replaced, and one that let the call time out is reported
-        (`unanswered`), through the handle source."""
+    async def _await(self, index: int, sent: Sent, timeout: float) -> Any:
+        """The result of `sent`, or its failure; an actor found dead for good is remembered as
+        dead and replaced, and one that let the call time out is reported (`unanswered`), through
+        the handle source."""
         try:
-            value = await asyncio.wait_for(asyncio.wrap_future(ref.future()), timeout=max(timeout, 0.001))
+            value = await asyncio.wait_for(asyncio.wrap_future(sent.ref.future()), timeout=max(timeout, 0.001))
         except (RayError, asyncio.TimeoutError) as exc:
             if isinstance(exc, GONE_FOR_GOOD) and not isinstance(exc, RayTaskError):
-                error = self._classify(index, handle, exc)
-                self._dead[index] = actor_identity(handle)
+                error = self._classify(index, sent, exc)
+                self._dead[index] = actor_identity(sent.handle)
                 await self.source.replace(index)
                 raise error from None
             if isinstance(exc, RayTaskError) and isinstance(unwrap_remote_error(exc), NotLeaderError):
                 await self.source.replace(index)
-                raise self._classify(index, handle, exc) from None
+                raise self._classify(index, sent, exc) from None
             if isinstance(exc, (asyncio.TimeoutError, ActorUnavailableError)):
                 await self.source.refresh(index)
-            error = self._failure(index, handle, ref, exc)
+            error = self._failure(index, sent, exc)
             if isinstance(exc, asyncio.TimeoutError):
-                await self.source.unanswered(index, handle)
+                await self.source.unanswered(index, sent.handle)
             raise error from None
-        self._answered[index] = actor_identity(handle)
+        self._answered[index] = actor_identity(sent.handle)
         return value

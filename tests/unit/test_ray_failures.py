@@ -5,6 +5,7 @@ where a partition goes when the node it is placed on by id is gone."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 from types import SimpleNamespace
 from typing import Any
 
@@ -150,6 +151,42 @@ def test_a_call_on_a_handle_already_found_dead_did_not_reach_its_partition(new_h
     assert first.reached, "the actor may have died running the first call"
     assert not second.reached, "Ray sends nothing to an actor it knows is dead"
     assert source.replaced == 2
+
+
+class _HeldRef:
+    """An actor call's object ref whose outcome comes when the test sets it on `done`."""
+
+    def __init__(self, done: concurrent.futures.Future[Any]) -> None:
+        self.done = done
+
+    def future(self) -> concurrent.futures.Future[Any]:
+        return self.done
+
+
+@pytest.mark.parametrize("error", [ActorDiedError(), ActorUnschedulableError("The node doesn't exist")],
+                         ids=lambda e: type(e).__name__)
+def test_calls_under_way_when_another_finds_the_actor_dead_may_have_reached_it(error: RayError) -> None:
+    """Two calls in flight on an actor whose node goes: whichever fails second may have run as
+    much as the first (it was sent before the death was known), so it must not move elsewhere."""
+    source = _FailingSource(error, answers=1)
+    outcome: concurrent.futures.Future[Any] = concurrent.futures.Future()
+    channel = RayChannel(1, source)
+
+    async def run() -> list[BaseException]:
+        await channel.call(0, [ListEntities()], 5.0)
+        source.actor.run = SimpleNamespace(remote=lambda *args: _HeldRef(outcome))
+        calls = [asyncio.ensure_future(channel.call(0, [ListEntities()], 5.0)) for _ in range(2)]
+        await asyncio.sleep(0)
+        outcome.set_exception(error)
+        failures = list(await asyncio.gather(*calls, return_exceptions=True))
+        source.actor.run = SimpleNamespace(remote=lambda *args: FakeRef(error))
+        with pytest.raises(PartitionUnavailable) as later:
+            await channel.call(0, [ListEntities()], 5.0)
+        return failures + [later.value]
+
+    *under_way, later = asyncio.run(run())
+    assert all(isinstance(f, PartitionUnavailable) and f.reached for f in under_way), under_way
+    assert isinstance(later, PartitionUnavailable) and not later.reached, "Ray sends nothing to an actor known dead"
 
 
 @pytest.mark.parametrize("new_handles", [False, True], ids=["same-handle", "table-reloaded"])
