@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
 from typing import Any, Awaitable, Iterator, Sequence
 
 from ..errors import PartitionUnavailableError
@@ -28,6 +29,21 @@ UNKEYED_SETTLE_S = 10.0
 """How long an unkeyed tagged batch keeps to a partition that failed with it, maybe having stored
 it, before moving on; a partition failing longer is taken as away (its node likely lost, not
 restarting) and held (`health.AWAY_BACKOFF`)."""
+MOVED_IN_DOUBT = "moved_in_doubt"
+"""The attribute of the warning logged for a batch moved on in doubt that holds its `MovedInDoubt`."""
+
+
+@dataclass(frozen=True)
+class MovedInDoubt:
+    """An unkeyed batch that moved on from `partition`, which may have stored it before it
+    failed and then stayed away longer than `UNKEYED_SETTLE_S`: its messages may be stored twice
+    (at least once, as Service Bus). The warning logged then carries it as `MOVED_IN_DOUBT`, so
+    that an operator or a test can tell these copies from any other."""
+
+    entity: str
+    partition: int
+    message_ids: tuple[str | None, ...]
+    """The batch's message ids, in order (None where the sender set none)."""
 
 
 class Sends:
@@ -166,9 +182,10 @@ class Sends:
                 return seqs  # type: ignore[no-any-return]
             except PartitionUnavailable:
                 continue
+        moved = MovedInDoubt(call.entity, k, tuple(envelope.get("message_id") for envelope in call.envelopes))
         logger.warning("partition %d of %r stayed unavailable after a send that may have reached it; the batch "
-                       "goes to another partition if time allows, where it may be stored a second time", k,
-                       call.entity)
+                       "of %d messages goes to another partition if time allows, where it may be stored a second "
+                       "time", k, call.entity, len(moved.message_ids), extra={MOVED_IN_DOUBT: moved})
         return None
 
     async def commit_transaction(self, index: int, transaction_id: str, deadline: float,

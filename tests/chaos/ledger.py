@@ -62,6 +62,7 @@ class Ledger:
         self._unconfirmed_ids: set[str] = set()
         self._outstanding: set[str] = set()
         self._clean: set[str] = set()
+        self._moved_in_doubt: set[str] = set()
 
     # ------------------------------------------------------------------ recording
 
@@ -100,6 +101,13 @@ class Ledger:
                 self._unconfirmed_ids.add(delivery.message_id)
                 self._outstanding.discard(delivery.message_id)
 
+    def record_moved_in_doubt(self, message_ids: Iterable[str]) -> None:
+        """Messages of batches a client moved on from a partition that may have stored them
+        (`tests.moved_in_doubt`): acknowledged at their first send, they may be stored twice all
+        the same, as the client warned."""
+        with self._lock:
+            self._moved_in_doubt.update(message_ids)
+
     # ------------------------------------------------------------------ progress
 
     @property
@@ -137,6 +145,7 @@ class Ledger:
                 "confirmed": len(self._confirmed_ids),
                 "unconfirmed_only": len(self._unconfirmed_ids - self._confirmed_ids),
                 "outstanding": len(self._outstanding),
+                "moved_in_doubt": len(self._moved_in_doubt),
             }
 
     # ------------------------------------------------------------------ checks
@@ -149,7 +158,8 @@ class Ledger:
           entities ended empty;
         - a delivered message that no acknowledged send carried, or that came back in another
           session or under a sequence number of another message, is wrong;
-        - a message whose send was acknowledged at the first try, stored more than once;
+        - a message whose send was acknowledged at the first try, stored more than once (unless
+          a client moved its batch on in doubt, saying so);
         - a copy delivered by a receive call that began after its completion was confirmed;
         - a redelivery of a copy whose delivery count is not higher than the one before;
         - a session whose first deliveries (one per message id) are not in its send order.
@@ -201,7 +211,7 @@ class Ledger:
         problems = []
         for message_id, deliveries in sorted(self._deliveries_of().items()):
             copies = sorted({d.sequence_number for d in deliveries})
-            if message_id in self._clean and len(copies) > 1:
+            if message_id in self._clean and message_id not in self._moved_in_doubt and len(copies) > 1:
                 problems.append(f"stored twice: {message_id!r} was acknowledged by its first send, yet is stored "
                                 f"as sequence numbers {copies}")
         return self._capped("messages stored twice", problems)

@@ -39,6 +39,7 @@ import ray
 
 import ray_broker as rb
 
+from ..moved_in_doubt import MovedInDoubtLog
 from .ledger import MAX_LISTED, Delivery, Ledger
 
 NAMESPACE = "chaos"
@@ -466,7 +467,9 @@ def test_chaos_kills_lose_nothing_and_keep_order(ray_instance: None, long_run: b
         ns.create_queue(SESSION_QUEUE, enable_partitioning=True, requires_session=True, lock_duration=LOCK_DURATION,
                         max_delivery_count=MAX_DELIVERY_COUNT)
         ledger = Ledger()
-        outcome = ChaosRun(ns, total, ledger).run(deadline_s)
+        with MovedInDoubtLog() as doubts:
+            outcome = ChaosRun(ns, total, ledger).run(deadline_s)
+        ledger.record_moved_in_doubt(doubts.message_ids)
     finally:
         rb.stop(NAMESPACE, delete_data=True)
 

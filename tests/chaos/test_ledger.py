@@ -160,3 +160,15 @@ def test_a_message_acknowledged_at_its_first_send_is_stored_once() -> None:
     ledger.record_completed([delivered(1, "a"), delivered(2, "b"), delivered(7, "a")], 3.0)
     problems = ledger.violations()
     assert len(problems) == 1 and "stored twice: 'a'" in problems[0] and "[1, 7]" in problems[0]
+
+
+def test_a_message_whose_batch_a_client_moved_on_in_doubt_may_be_stored_twice() -> None:
+    ledger = Ledger()
+    ledger.record_sent(["a", "b"], first_try=True)
+    ledger.record_moved_in_doubt(["a"])
+    ledger.record_delivered([delivered(1, "a"), delivered(2, "b"), delivered(7, "a", started=2.0),
+                             delivered(8, "b", started=2.0)])
+    ledger.record_completed([delivered(1, "a"), delivered(2, "b"), delivered(7, "a"), delivered(8, "b")], 3.0)
+    problems = ledger.violations()
+    assert len(problems) == 1 and "stored twice: 'b'" in problems[0], "only the message the client warned of"
+    assert ledger.stats()["moved_in_doubt"] == 1

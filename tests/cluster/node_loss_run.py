@@ -15,6 +15,7 @@ import asyncio
 import json
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from ray_broker.routing import partition_for_key
 from spark_bridge.entity import Entity
 from spark_bridge.sending import send_spread
 from tests.cluster.scenario import interruptible
+from tests.moved_in_doubt import MovedInDoubtLog
 
 PARTITIONS = 6
 GATEWAYS = 3
@@ -64,6 +66,11 @@ def _nodes_now(ns: rb.Namespace, indexes: list[int]) -> dict[int, str]:
     return found
 
 
+def tagged(body: str, **fields: Any) -> rb.Message:
+    """A message whose id is its body (copies are counted by id)."""
+    return rb.Message(body, message_id=body, **fields)
+
+
 def _failure(exc: BaseException) -> str:
     return f"{type(exc).__module__}.{type(exc).__name__}: {exc}"
 
@@ -82,7 +89,7 @@ def send_after_loss(ns: rb.Namespace, sender: rb.Sender) -> dict[str, Any]:
     for j in range(BATCHES_AFTER_LOSS):
         at = time.monotonic()
         try:
-            sender.send_messages([rb.Message(f"after-{j}-{i}") for i in range(PER_BATCH)], timeout=30)
+            sender.send_messages([tagged(f"after-{j}-{i}") for i in range(PER_BATCH)], timeout=30)
             sent["sync"] += PER_BATCH
         except Exception as exc:  # noqa: BLE001 - every failure is the finding
             failures.append(_failure(exc))
@@ -91,7 +98,7 @@ def send_after_loss(ns: rb.Namespace, sender: rb.Sender) -> dict[str, Any]:
             at = time.monotonic()
             try:
                 loop.run_until_complete(aio_sender.send_messages(
-                    [rb.Message(f"async-{j}-{i}") for i in range(PER_BATCH)], timeout=30))
+                    [tagged(f"async-{j}-{i}") for i in range(PER_BATCH)], timeout=30))
                 sent["async"] += PER_BATCH
             except Exception as exc:  # noqa: BLE001
                 failures.append(_failure(exc))
@@ -99,7 +106,7 @@ def send_after_loss(ns: rb.Namespace, sender: rb.Sender) -> dict[str, Any]:
         if j % SINK_EVERY == 0:
             at = time.monotonic()
             try:
-                sent["sink"] += send_spread(ns, entity, [rb.Message(f"sink-{j}-{i}").to_envelope()
+                sent["sink"] += send_spread(ns, entity, [tagged(f"sink-{j}-{i}").to_envelope()
                                                          for i in range(PER_BATCH)])
             except Exception as exc:  # noqa: BLE001
                 failures.append(_failure(exc))
@@ -146,6 +153,13 @@ def lose_plain(cluster: Cluster, ns: rb.Namespace, plain: Any, keys: dict[int, s
 
 
 def main(root: Path) -> dict[str, object]:
+    """Run the scenario; what it observed."""
+    with MovedInDoubtLog() as doubts:
+        return observe(root, doubts)
+
+
+def observe(root: Path, doubts: MovedInDoubtLog) -> dict[str, object]:
+    """The scenario, the batches the clients moved on in doubt collected by `doubts`."""
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False})
     nodes = {"plain": worker(cluster, root, None), "disk-b": worker(cluster, root, "disk-b")}
     ray.init(address=cluster.address, namespace="ray_broker", log_to_driver=False, configure_logging=False)
@@ -166,8 +180,8 @@ def main(root: Path) -> dict[str, object]:
                 for k in range(PARTITIONS)}
         sender = ns.get_queue_sender("q")
         for k, key in keys.items():
-            sender.send_messages([rb.Message(f"{key}-{j}", partition_key=key) for j in range(PER_PARTITION)])
-        sender.send_messages([rb.Message(f"unkeyed-{j}") for j in range(30)])
+            sender.send_messages([tagged(f"{key}-{j}", partition_key=key) for j in range(PER_PARTITION)])
+        sender.send_messages([tagged(f"unkeyed-{j}") for j in range(30)])
         result["stores_on_b"] = sorted(p.name for p in (root / "disk-b" / "nodeloss").glob("partition-*.sqlite3"))
 
         result["nodes_before"] = partition_nodes(ns, list(range(PARTITIONS)))
@@ -213,10 +227,12 @@ def main(root: Path) -> dict[str, object]:
                 batch = receiver.receive_messages(100, max_wait_time=5)
                 for message in batch:
                     receiver.complete_message(message)
-                received.extend(m.body.decode() for m in batch)
+                received.extend(str(m.message_id) for m in batch)
         result["received"] = len(received)
         result["distinct"] = len(set(received))
         result["expected"] = expected
+        result["twice"] = sorted(i for i, n in Counter(received).items() if n > 1)
+        result["moved_in_doubt"] = sorted(doubts.message_ids)
         result.update(lose_plain(cluster, ns, nodes["plain"], keys))
         rb.stop("nodeloss", delete_data=True)
     except Exception as exc:  # noqa: BLE001 - reported with what was observed so far

@@ -23,6 +23,7 @@ from ray.cluster_utils import Cluster
 
 import ray_broker as rb
 from tests.chaos.ledger import Ledger
+from tests.moved_in_doubt import MovedInDoubtLog
 from tests.chaos.test_chaos import (
     LOCK_DURATION,
     MAX_DELIVERY_COUNT,
@@ -85,7 +86,9 @@ def scenario(root: Path, total: int) -> dict[str, Any]:
         ns.create_queue(SESSION_QUEUE, requires_session=True, lock_duration=LOCK_DURATION,
                         max_delivery_count=MAX_DELIVERY_COUNT)
         ledger = Ledger()
-        outcome = NodeChaosRun(ns, total, ledger, cluster, workers).run(DEADLINE_S)
+        with MovedInDoubtLog() as doubts:
+            outcome = NodeChaosRun(ns, total, ledger, cluster, workers).run(DEADLINE_S)
+        ledger.record_moved_in_doubt(doubts.message_ids)
         return {"finished": outcome.finished, "duration_s": round(outcome.duration_s, 1),
                 "node_losses": len(outcome.kills), "stats": ledger.stats(), "violations": ledger.violations(),
                 "failures": outcome.failures, "hung_threads": outcome.hung_threads, "leftovers": outcome.leftovers,

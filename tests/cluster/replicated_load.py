@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 import ray_broker as rb
 from ray_broker.errors import OperationTimeoutError
+from tests.moved_in_doubt import MovedInDoubtLog
 
 STAGE = "stage"
 OUTPUT = "output"
@@ -60,6 +61,8 @@ class LoadTally:
         message id)."""
         self.errors: Counter[str] = Counter()
         """Errors the clients saw (each retried or redelivered), by where and type."""
+        self.doubts = MovedInDoubtLog()
+        """The batches the clients moved on in doubt (which may be stored twice), while the load runs."""
 
     def sent(self, destinations: list[str], ids: list[str], retried: bool) -> None:
         """`ids` were acknowledged, bound for every entity in `destinations`."""
@@ -88,13 +91,15 @@ class LoadTally:
                     for destination, ids in self.acknowledged.items()}
 
     def twice_without_cause(self) -> list[str]:
-        """Messages handed out more than once where neither a retried send (which may store a
-        message twice) nor a lost lock (which hands the same copy out again, its delivery count
-        raised) explains it; each with its (sequence number, delivery count) pairs."""
+        """Messages handed out more than once where neither a retried send nor a batch the client
+        moved on in doubt (either may store a message twice) nor a lost lock (which hands the same
+        copy out again, its delivery count raised) explains it; each with its (sequence number,
+        delivery count) pairs."""
+        doubted = self.doubts.message_ids
         with self._lock:
             return sorted(f"{destination}:{i} {handed}" for (destination, i), handed in self.deliveries.items()
                           if len(handed) > 1 and (len({seq for seq, _ in handed}) > 1 and i not in self.retried
-                                                  or len(set(handed)) < len(handed)))
+                                                  and i not in doubted or len(set(handed)) < len(handed)))
 
     def report(self) -> dict[str, Any]:
         """What `replication_run` prints of the load."""
@@ -106,7 +111,8 @@ class LoadTally:
         twice = self.twice_without_cause()
         return {"acknowledged": acknowledged, "missing": {d: ids[:MAX_LISTED] for d, ids in missing.items() if ids},
                 "missing_count": sum(len(ids) for ids in missing.values()), "twice_without_cause": twice[:MAX_LISTED],
-                "twice_without_cause_count": len(twice), "retried_messages": retried, "errors": errors}
+                "twice_without_cause_count": len(twice), "retried_messages": retried,
+                "moved_in_doubt": sorted(self.doubts.message_ids)[:MAX_LISTED], "errors": errors}
 
 
 class Load:
@@ -127,6 +133,7 @@ class Load:
 
     def start(self) -> None:
         """Start every sender and receiver."""
+        self.tally.doubts.attach()
         self._sending.set()
         self._receiving.set()
         work: list[Callable[[], None]] = [self._send_keyed, self._send_unkeyed, self._send_sessions, self._send_topic,
@@ -141,6 +148,7 @@ class Load:
         self._sending.clear()
         for thread in self._threads[:4]:
             thread.join(timeout=SEND_GIVE_UP_S + 5)
+        self.tally.doubts.detach()
 
     def drain(self, give_up_s: float) -> float | None:
         """Let the receivers run until every acknowledged message was received (or `give_up_s`

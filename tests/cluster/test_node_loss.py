@@ -2,7 +2,8 @@
 sender) carry on for more than a minute with no error at all, keyed sends to the lost node's
 partitions raise `PartitionUnavailableError` within their timeout and are never placed elsewhere,
 runtime properties say `Limited` and name the partitions that are down, and the node's return
-brings its partitions back, on it, with every message they held. Partitions placed by node id
+brings its partitions back, on it, with every message they held, none stored twice but in a
+batch the client said it moved on in doubt (`tests.moved_in_doubt`). Partitions placed by node id
 (a node without a store label) move to a live node when theirs is lost, and keyed sends to them
 resume. Gateways run one per node.
 
@@ -37,7 +38,9 @@ def test_a_lost_node_takes_only_its_partitions_away_and_brings_them_back(observe
     assert result["keyed_error_partition"] in on_b
     assert result["availability_while_down"] == "Limited" and result["down_partitions"] == on_b
     assert result["back_on_new_node"] == on_b, "they came back on the returning node, nowhere else"
-    assert result["received"] == result["distinct"] == result["expected"], "every message, once"
+    assert result["distinct"] == result["expected"], "every message"
+    assert set(result["twice"]) <= set(result["moved_in_doubt"]), \
+        f"stored twice, yet not in a batch the client moved on in doubt: {result['twice']}"
 
 
 def test_unkeyed_sends_never_fail_for_a_minute_after_the_loss(observed: dict[str, Any]) -> None:

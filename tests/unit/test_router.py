@@ -24,7 +24,7 @@ from ray_broker.routing.planner import batch_number, next_run, spread_start
 from ray_broker.routing.health import AWAY_BACKOFF
 from ray_broker.routing.reaching import ATTEMPT_TIMEOUT_S
 from ray_broker.routing.router import Router
-from ray_broker.routing.sending import UNKEYED_SETTLE_S
+from ray_broker.routing.sending import MOVED_IN_DOUBT, UNKEYED_SETTLE_S, MovedInDoubt
 from ray_broker.sku import get_sku
 from ray_broker.wire import Settlement
 
@@ -336,14 +336,18 @@ async def test_an_unkeyed_batch_whose_reply_was_lost_is_not_stored_again_elsewhe
     assert sum(setup.counts()) == 5, "the retry on the same partition was recognized"
 
 
-async def test_an_unkeyed_batch_moves_on_when_its_partition_stays_away() -> None:
+async def test_an_unkeyed_batch_moves_on_when_its_partition_stays_away(caplog: pytest.LogCaptureFixture) -> None:
     setup = Setup()
     setup.create()
     start = spread_start(("p", 0), PARTITIONS)
     setup.channel.down.add(start)
-    seqs = await setup.router.sends.send("q", envelopes(*(Message(f"m{i}") for i in range(5))), 60.0, ("p", 0))
+    batch = [Message(f"m{i}", message_id=f"id-{i}" if i else None) for i in range(5)]
+    seqs = await setup.router.sends.send("q", envelopes(*batch), 60.0, ("p", 0))
     assert len({partition_of(s) for s in seqs}) == 1 and partition_of(seqs[0]) != start
     assert UNKEYED_SETTLE_S <= sum(setup.slept) < UNKEYED_SETTLE_S + 2.0, "it kept to its partition for a while"
+    (warning,) = [r for r in caplog.records if hasattr(r, MOVED_IN_DOUBT)]
+    assert getattr(warning, MOVED_IN_DOUBT) == MovedInDoubt("q", start, (None, "id-1", "id-2", "id-3", "id-4")), \
+        "the warning names the batch that may be stored twice"
     tried = setup.channel.calls[(start, "send")]
     for number in range(1, 2 * PARTITIONS):
         await setup.router.sends.send("q", envelopes(Message("later")), 60.0, ("p", number))
