@@ -14,7 +14,7 @@ from ray_broker.config import (
     partition_actor_name,
     replica_actor_name,
 )
-from ray_broker.errors import ServiceBusError
+from ray_broker.errors import ServiceBusError, unwrap_remote_error
 
 from .amqp_frontend import amqp_frontend
 from .gateway_actor import gateway_actor
@@ -42,8 +42,9 @@ def deploy(config: NamespaceConfig, timeout: float = 120.0) -> None:
         raise creation_failure(exc) or exc from None
     except OSError as exc:
         teardown(config.name, config.partition_count, config.gateways, config.replicas)
-        raise errors.InvalidOperationError(f"the AMQP front end cannot listen on port {config.amqp_port}: {exc}; "
-                                           "pick a free port", entity=config.name) from None
+        refusal = unwrap_remote_error(exc)  # the socket's own error, not Ray's report of the actor call
+        raise errors.InvalidOperationError(f"the AMQP front end cannot listen on port {config.amqp_port}: "
+                                           f"{refusal}; pick a free port", entity=config.name) from None
 
 
 def creation_failure(exc: BaseException) -> ServiceBusError | None:
