@@ -46,6 +46,15 @@ class MovedInDoubt:
     """The batch's message ids, in order (None where the sender set none)."""
 
 
+def moved_in_doubt(k: int, call: Send, what: str) -> None:
+    """Warn that the batch of `call` leaves partition `k`, which may have stored it (`what` it did),
+    for another partition: a `MovedInDoubt` on the record names it."""
+    moved = MovedInDoubt(call.entity, k, tuple(envelope.get("message_id") for envelope in call.envelopes))
+    logger.warning("partition %d of %r %s; the batch of %d messages goes to another partition if time allows, "
+                   "where it may be stored a second time", k, call.entity, what, len(moved.message_ids),
+                   extra={MOVED_IN_DOUBT: moved})
+
+
 class Sends:
     """A router's sends.
 
@@ -127,9 +136,10 @@ class Sends:
         A partition that failed after the batch was sent to it may have stored it, and only that
         partition recognizes a repeat of a tagged batch: so it is retried for up to
         `UNKEYED_SETTLE_S` (a restart takes a second or two) before the batch moves on, once per
-        batch. Only a partition that stays away longer can leave a copy behind (at-least-once, as
-        Service Bus). A call that cannot have reached its partition (refused before it was sent)
-        leaves no doubt: the batch moves on at once. A partition failing for longer than
+        batch. Only a partition that stays away longer, or another that fails with the batch after
+        that (or with an untagged batch), can leave a copy behind (at-least-once, as Service Bus):
+        each such move is warned of (`moved_in_doubt`). A call that cannot have reached its
+        partition (refused before it was sent) leaves no doubt: the batch moves on at once. A partition failing for longer than
         `UNKEYED_SETTLE_S` is held away (`PartitionHealth.hold_away`), longer each time it is still
         away after a hold.
         """
@@ -156,6 +166,8 @@ class Sends:
                     if exc.reached and part.tag is not None and not doubted:
                         doubted = True
                         seqs = await self._settle_doubt(k, call, deadline)
+                    elif exc.reached:
+                        moved_in_doubt(k, call, "failed with it")
                     if seqs is None:
                         if reach.health.failing_for(k, reach.clock()) >= UNKEYED_SETTLE_S:
                             reach.health.hold_away(k, reach.clock())
@@ -182,10 +194,7 @@ class Sends:
                 return seqs  # type: ignore[no-any-return]
             except PartitionUnavailable:
                 continue
-        moved = MovedInDoubt(call.entity, k, tuple(envelope.get("message_id") for envelope in call.envelopes))
-        logger.warning("partition %d of %r stayed unavailable after a send that may have reached it; the batch "
-                       "of %d messages goes to another partition if time allows, where it may be stored a second "
-                       "time", k, call.entity, len(moved.message_ids), extra={MOVED_IN_DOUBT: moved})
+        moved_in_doubt(k, call, "stayed unavailable after a send that may have reached it")
         return None
 
     async def commit_transaction(self, index: int, transaction_id: str, deadline: float,

@@ -359,6 +359,20 @@ async def test_an_unkeyed_batch_moves_on_when_its_partition_stays_away(caplog: p
     assert setup.channel.calls[(start, "send")] > tried, "and used again once the hold is over"
 
 
+async def test_a_batch_that_moves_on_from_a_second_partition_it_may_have_reached_is_warned_of_again(
+        caplog: pytest.LogCaptureFixture) -> None:
+    setup = Setup()
+    setup.create()
+    lost = two_partitions_away(setup, refused=False)
+    number = next(n for n in range(100) if spread_start(("p", n), PARTITIONS) == lost[0])
+    seqs = await setup.router.sends.send("q", envelopes(Message("m", message_id="only")), 60.0, ("p", number))
+    assert partition_of(seqs[0]) not in lost
+    assert sum(setup.slept) < UNKEYED_SETTLE_S + 2.0, "one doubt waited out, the second not"
+    warned = [getattr(r, MOVED_IN_DOUBT) for r in caplog.records if hasattr(r, MOVED_IN_DOUBT)]
+    assert sorted(m.partition for m in warned) == lost and all(m.message_ids == ("only",) for m in warned), \
+        "each partition the batch may have been stored on is named"
+
+
 def two_partitions_away(setup: Setup, refused: bool) -> list[int]:
     """Take down two of the four partitions, as losing the node that holds them does: their calls
     are refused unsent (`refused`, as Ray does while their actors wait for the node) or fail
