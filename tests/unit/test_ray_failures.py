@@ -5,7 +5,6 @@ where a partition goes when the node it is placed on by id is gone."""
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 from types import SimpleNamespace
 from typing import Any
 
@@ -153,31 +152,26 @@ def test_a_call_on_a_handle_already_found_dead_did_not_reach_its_partition(new_h
     assert source.replaced == 2
 
 
-class _HeldRef:
-    """An actor call's object ref whose outcome comes when the test sets it on `done`."""
-
-    def __init__(self, done: concurrent.futures.Future[Any]) -> None:
-        self.done = done
-
-    def future(self) -> concurrent.futures.Future[Any]:
-        return self.done
-
-
 @pytest.mark.parametrize("error", [ActorDiedError(), ActorUnschedulableError("The node doesn't exist")],
                          ids=lambda e: type(e).__name__)
 def test_calls_under_way_when_another_finds_the_actor_dead_may_have_reached_it(error: RayError) -> None:
     """Two calls in flight on an actor whose node goes: whichever fails second may have run as
     much as the first (it was sent before the death was known), so it must not move elsewhere."""
     source = _FailingSource(error, answers=1)
-    outcome: concurrent.futures.Future[Any] = concurrent.futures.Future()
+    held: list[FakeRef] = []
     channel = RayChannel(1, source)
+
+    def held_call(*args: Any) -> FakeRef:
+        held.append(FakeRef(silent=True))
+        return held[-1]
 
     async def run() -> list[BaseException]:
         await channel.call(0, [ListEntities()], 5.0)
-        source.actor.run = SimpleNamespace(remote=lambda *args: _HeldRef(outcome))
+        source.actor.run = SimpleNamespace(remote=held_call)
         calls = [asyncio.ensure_future(channel.call(0, [ListEntities()], 5.0)) for _ in range(2)]
         await asyncio.sleep(0)
-        outcome.set_exception(error)
+        for ref in held:
+            ref.answer(error)
         failures = list(await asyncio.gather(*calls, return_exceptions=True))
         source.actor.run = SimpleNamespace(remote=lambda *args: FakeRef(error))
         with pytest.raises(PartitionUnavailable) as later:
