@@ -329,6 +329,8 @@ def scenario(root: Path) -> dict[str, Any]:
         out["missing"] = sorted(set(sent) - set(received))[:10]
         out["victim_partition"] = victim_partition
         out["victim_node"] = victim.node_id
+        # the last completions may still be on their way to the follower outside the majority
+        out["in_sync_at_end"] = all(wait_for_repair("rep", k, give_up_s=30) is not None for k in range(PARTITIONS))
         out["states_after"] = states = replica_states("rep")
         out["status"] = status_document(ns)
         leaders = [s for r in range(REPLICAS) if isinstance(s := states[f"{victim_partition}.{r}"], dict)

@@ -50,11 +50,14 @@ def test_losing_the_leaders_node_loses_nothing_and_the_partition_keeps_serving(o
 
 def test_a_replica_lost_with_its_node_is_made_again_elsewhere_and_catches_up(observed: dict[str, Any]) -> None:
     victim = observed["victim_partition"]
-    assert observed["repaired_s"] is not None and observed["repaired_s"] < 60
+    timings = {key: observed[key] for key in ("elected_after_s", "repaired_s", "load_drained_s", "in_sync_at_end")}
+    assert observed["repaired_s"] is not None and observed["repaired_s"] < 60, timings
     replicas = [observed["states_after"][f"{victim}.{r}"] for r in range(REPLICAS)]
     assert all(isinstance(s, dict) for s in replicas), replicas
-    assert len({s["node"] for s in replicas}) == REPLICAS and observed["victim_node"] not in {s["node"] for s in replicas}
-    assert len({s["position"] for s in replicas}) == 1, "every replica holds every change"
+    nodes = {s["node"] for s in replicas}
+    assert len(nodes) == REPLICAS and observed["victim_node"] not in nodes, (observed["victim_node"], replicas)
+    assert observed["in_sync_at_end"], ("every replica holds every change once the load is over", timings, replicas)
+    assert len({s["position"] for s in replicas}) == 1, ("every replica holds every change", replicas)
 
 
 def test_senders_and_receivers_at_work_through_the_loss_lose_nothing_and_keyed_sends_resume(
