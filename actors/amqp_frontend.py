@@ -1,6 +1,7 @@
 """The AMQP front-end actor: serves a namespace's AMQP 1.0 port to the Azure Service Bus SDKs,
 and on the same port the management API (ATOM over HTTPS, or plain HTTP) of their administration
-clients.
+clients; with a `management_port`, the management API over plain HTTP on that port too (where
+applications written for Microsoft's emulator send it: its port 5300).
 
 A thin shell: it listens with asyncio on the actor's event loop
 (`ray_broker.management_http.listener`, which tells each connection's protocol from its first
@@ -29,7 +30,10 @@ from ray_broker.config import RAY_NAMESPACE, NamespaceConfig
 from .handles import find_actor
 
 if TYPE_CHECKING:
-    from ray_broker.management_http.listener import SniffingListener
+    import ssl
+
+    from ray_broker.management_http.listener import SniffingListener, StreamHandler
+    from ray_broker.management_http.sniff import WireProtocol
 
 logger = logging.getLogger("ray_broker.amqp")
 
@@ -40,8 +44,9 @@ LISTEN_HOST = "0.0.0.0"
 
 
 class AmqpFrontend:
-    """Listens on `config.amqp_port` once `serve` is called, until the actor ends. Ray restarts
-    it when its process dies, and a restarted front end listens again by itself.
+    """Listens on `config.amqp_port` (and `config.management_port`, if any) once `serve` is
+    called, until the actor ends. Ray restarts it when its process dies, and a restarted front end
+    listens again by itself.
 
     Args:
         config: the namespace's configuration (`NamespaceConfig.to_dict()`).
@@ -49,7 +54,8 @@ class AmqpFrontend:
 
     def __init__(self, config: dict[str, Any]) -> None:
         self._config = NamespaceConfig(**config)
-        self._listener: SniffingListener | None = None
+        self._listeners: list[SniffingListener] = []
+        self._starting = asyncio.Lock()
         self._port = 0
         if ray.get_runtime_context().was_current_actor_reconstructed:
             threading.Thread(target=self._listen_again, name="amqp-listen-again", daemon=True).start()
@@ -75,25 +81,56 @@ class AmqpFrontend:
         return os.getpid()
 
     async def serve(self) -> int:
-        """Start listening (once) and return the port; every connection calls the broker through
-        one async client handle, made here on the actor's event loop. The TLS certificate is made
-        first if the namespace has none yet (see `ray_broker.management_http.certificate`)."""
+        """Start listening (once) and return the AMQP port; every connection calls the broker
+        through one async client handle, made here on the actor's event loop. The TLS certificate
+        is made first if the namespace has none yet (see `ray_broker.management_http.certificate`).
+        A port that cannot be listened on raises `OSError` naming it, and nothing listens."""
+        async with self._starting:
+            if not self._listeners:
+                await self._start_listening()
+        return self._port
+
+    async def _start_listening(self) -> None:
+        """Listen on the AMQP port, then on the management port if there is one."""
         # cryptography and h11, like python-qpid-proton, come with the `amqp` extra
         from ray_broker.management_http.certificate import certificate_dir, ensure_certificate, server_context
         from ray_broker.management_http.http import serve_http
-        from ray_broker.management_http.listener import SniffingListener
         from ray_broker.management_http.service import ManagementService
+        from ray_broker.management_http.sniff import WireProtocol
 
-        if self._listener is None:
-            config = self._config
-            namespace = Namespace(config)
-            names = (socket.gethostname(), ray.util.get_node_ip_address())
-            tls = server_context(*ensure_certificate(certificate_dir(config.name, config.data_dir), config.name, names))
-            service = ManagementService(namespace, namespace.list_shared_access_keys)
-            http = partial(serve_http, handler=service.handle, default_host=f"localhost:{config.amqp_port}")
-            self._listener = SniffingListener(partial(self._accept, namespace), http, tls)
-            self._port = await self._listener.listen(LISTEN_HOST, config.amqp_port or 0)
-        return self._port
+        config = self._config
+        namespace = Namespace(config)
+        names = (socket.gethostname(), ray.util.get_node_ip_address())
+        tls = server_context(*ensure_certificate(certificate_dir(config.name, config.data_dir), config.name, names))
+        service = ManagementService(namespace, namespace.list_shared_access_keys)
+
+        def http(port: int | None) -> Any:
+            return partial(serve_http, handler=service.handle, default_host=f"localhost:{port}")
+
+        on_amqp_port = http(config.amqp_port)
+        self._port = await self._listen({WireProtocol.AMQP: partial(self._accept, namespace),
+                                         WireProtocol.HTTP: on_amqp_port, WireProtocol.TLS: on_amqp_port},
+                                        tls, config.amqp_port, "the AMQP port")
+        if config.management_port is not None:
+            await self._listen({WireProtocol.HTTP: http(config.management_port)}, None, config.management_port,
+                               "the management port")
+
+    async def _listen(self, handlers: dict[WireProtocol, StreamHandler], tls: ssl.SSLContext | None,
+                      port: int | None, role: str) -> int:
+        """Listen on `port` with a listener of `handlers`; on failure, stop every listener started
+        and raise `OSError` saying which port (`role`) could not be listened on and why."""
+        from ray_broker.management_http.listener import SniffingListener
+
+        listener = SniffingListener(handlers, tls)
+        try:
+            bound = await listener.listen(LISTEN_HOST, port or 0)
+        except OSError as exc:
+            for started in self._listeners:
+                started.close()
+            self._listeners.clear()
+            raise OSError(exc.errno, f"cannot listen on port {port} ({role}): {exc.strerror}") from None
+        self._listeners.append(listener)
+        return bound
 
     async def _accept(self, namespace: Namespace, reader: asyncio.StreamReader,
                       writer: asyncio.StreamWriter) -> None:

@@ -27,7 +27,7 @@ def deploy(config: NamespaceConfig, timeout: float = 120.0) -> None:
     A partition that fails to start (its store held by another process) fails the whole start:
     every actor created here is removed again and the partition's typed error is raised. With an
     `amqp_port`, the AMQP front end starts last, once the namespace answers; a port it cannot
-    listen on fails the start the same way.
+    listen on (the AMQP port or the management port) fails the start the same way.
     """
     handles = [partition_actor(config, k, r) for k in range(config.partition_count) for r in range(config.replicas)]
     gateways = [gateway_actor(config, i) for i in range(config.gateways)]
@@ -42,9 +42,9 @@ def deploy(config: NamespaceConfig, timeout: float = 120.0) -> None:
         raise creation_failure(exc) or exc from None
     except OSError as exc:
         teardown(config.name, config.partition_count, config.gateways, config.replicas)
-        refusal = unwrap_remote_error(exc)  # the socket's own error, not Ray's report of the actor call
-        raise errors.InvalidOperationError(f"the AMQP front end cannot listen on port {config.amqp_port}: "
-                                           f"{refusal}; pick a free port", entity=config.name) from None
+        refusal = unwrap_remote_error(exc)  # the front end's own error, not Ray's report of the actor call
+        why = getattr(refusal, "strerror", None) or str(refusal)
+        raise errors.InvalidOperationError(f"the AMQP front end {why}; pick a free port", entity=config.name) from None
 
 
 def creation_failure(exc: BaseException) -> ServiceBusError | None:

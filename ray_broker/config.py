@@ -70,6 +70,9 @@ class NamespaceConfig:
     sas_keys: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
     """The namespace's shared access keys, `(name, key, rights)`, which SAS tokens (the Azure
     SDKs' connection strings) are signed with; made at creation and kept with the stores."""
+    management_port: int | None = None
+    """A port the AMQP front end serves the management API on over plain HTTP alone (as Microsoft's
+    emulator does on 5300), besides the AMQP port (which serves it too); None for none."""
 
     def shared_access_keys(self) -> tuple[SasKey, ...]:
         """The namespace's shared access keys."""
@@ -251,13 +254,19 @@ def store_directory(name: str, data_dir: str | None) -> str:
 
 
 def check_start_options(name: str, *, sku: str, partitions: int | None, gateways: int,
-                        durability: str, replicas: int = 1, amqp_port: int | None = None) -> tuple[Sku, int]:
+                        durability: str, replicas: int = 1, amqp_port: int | None = None,
+                        management_port: int | None = None) -> tuple[Sku, int]:
     """Validate `start` arguments on their own, before anything starts: the tier and the partition
     count they give."""
     check_namespace_name(name)
-    if amqp_port is not None and (isinstance(amqp_port, bool) or not isinstance(amqp_port, int)
-                                  or not 1 <= amqp_port <= 65535):
-        raise InvalidArgumentError(f"amqp_port must be None or a port number from 1 to 65535, got {amqp_port!r}")
+    _check_port("amqp_port", amqp_port)
+    _check_port("management_port", management_port)
+    if management_port is not None and amqp_port is None:
+        raise InvalidArgumentError("management_port needs amqp_port: the AMQP front end serves the management "
+                                   "API; pass amqp_port too (the SDKs' port, 5672 as a rule)")
+    if management_port is not None and management_port == amqp_port:
+        raise InvalidArgumentError(f"management_port and amqp_port are both {amqp_port}; the AMQP port serves "
+                                   "the management API already, so leave management_port out or pick another port")
     if isinstance(replicas, bool) or not isinstance(replicas, int) or not 1 <= replicas <= MAX_REPLICAS:
         raise InvalidArgumentError(f"replicas must be an int from 1 to {MAX_REPLICAS}, got {replicas!r}")
     tier = get_sku(sku)
@@ -267,6 +276,12 @@ def check_start_options(name: str, *, sku: str, partitions: int | None, gateways
     if durability not in DURABILITY_MODES:
         raise InvalidArgumentError(f"durability must be one of {', '.join(DURABILITY_MODES)}, got {durability!r}")
     return tier, count
+
+
+def _check_port(option: str, port: object) -> None:
+    """InvalidArgumentError unless `port` is None or a TCP port number."""
+    if port is not None and (isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535):
+        raise InvalidArgumentError(f"{option} must be None or a port number from 1 to 65535, got {port!r}")
 
 
 def stored_config_for(name: str, tier: Sku, count: int, directory: str) -> NamespaceConfig | None:
@@ -284,7 +299,7 @@ def stored_config_for(name: str, tier: Sku, count: int, directory: str) -> Names
 def plan_config(name: str, *, sku: str, partitions: int | None, data_dir: str | None, gateways: int,
                 durability: str, nodes: list[tuple[str, str | None]], local_node: str,
                 auth_token_hash: str | None = None, replicas: int = 1,
-                amqp_port: int | None = None) -> NamespaceConfig:
+                amqp_port: int | None = None, management_port: int | None = None) -> NamespaceConfig:
     """Validate `start` arguments, reconcile them with a configuration already on disk (read only)
     and place the partitions; `nodes` are the cluster's alive nodes (`(node_id, store label)`),
     `local_node` the id of the one starting the namespace.
@@ -294,7 +309,7 @@ def plan_config(name: str, *, sku: str, partitions: int | None, data_dir: str | 
     too; more replicas than such nodes is refused. The shared access keys are those stored, else
     new ones (`RootManageSharedAccessKey`)."""
     tier, count = check_start_options(name, sku=sku, partitions=partitions, gateways=gateways, durability=durability,
-                                      replicas=replicas, amqp_port=amqp_port)
+                                      replicas=replicas, amqp_port=amqp_port, management_port=management_port)
     threads = GROUP_COMMIT_THREADS if os.environ.get(GROUP_COMMIT_ENV, "").lower() == "on" else 1
     directory = None if durability == "memory" else store_directory(name, data_dir)
     stored = None if directory is None else stored_config_for(name, tier, count, directory)
@@ -313,7 +328,7 @@ def plan_config(name: str, *, sku: str, partitions: int | None, data_dir: str | 
     keys = stored.sas_keys if stored is not None and stored.sas_keys else \
         tuple((k.name, k.key, k.rights) for k in root_keys())
     return NamespaceConfig(name, tier.name, count, directory, durability, gateways, placement, auth_token_hash,
-                           threads, replicas, amqp_port, keys)
+                           threads, replicas, amqp_port, keys, management_port)
 
 
 def check_replica_nodes(replicas: int, nodes: list[tuple[str, str | None]]) -> None:

@@ -8,16 +8,19 @@ from .handle import Namespace
 
 async def start(name: str, *, sku: str = "standard", partitions: int | None = None, data_dir: str | None = None,
                 gateways: int = 1, durability: str = "normal", address: str | None = None,
-                auth_token: str | None = None, replicas: int = 1, amqp_port: int | None = None) -> Namespace:
+                auth_token: str | None = None, replicas: int = 1, amqp_port: int | None = None,
+                management_port: int | None = None) -> Namespace:
     """`ray_broker.start`, awaited: start a namespace (or return the running one of that name).
 
     Ray object refs are awaited on this loop; joining or starting Ray and creating the actors,
     which Ray offers no awaitable form of, run on a thread that lives as long as the process.
-    `amqp_port` starts the AMQP 1.0 front end for the Azure SDKs, as in `ray_broker.start`.
+    `amqp_port` starts the AMQP 1.0 front end for the Azure SDKs (and `management_port` a plain-HTTP
+    port of its management API), as in `ray_broker.start`.
     """
     return Namespace(await run_awaiting(start_flow(name, sku=sku, partitions=partitions, data_dir=data_dir,
                                                    gateways=gateways, durability=durability, address=address,
-                                                   auth_token=auth_token, replicas=replicas, amqp_port=amqp_port)))
+                                                   auth_token=auth_token, replicas=replicas, amqp_port=amqp_port,
+                                                   management_port=management_port)))
 
 
 async def connect(name: str, *, address: str | None = None, auth_token: str | None = None) -> Namespace:

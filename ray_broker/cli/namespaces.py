@@ -25,6 +25,8 @@ from .status import (
 
 DEFAULT_AMQP_PORT = 5672
 """The AMQP port `--amqp` serves on, as Service Bus and its emulator do."""
+EMULATOR_MANAGEMENT_PORT = 5300
+"""The port Microsoft's emulator serves its management API on (plain HTTP)."""
 
 
 class SkuChoice(str, Enum):
@@ -63,6 +65,10 @@ def start(
                        "(`ray-broker connection-string` prints what they need).")] = False,
     amqp_port: Annotated[Optional[int], typer.Option(
         min=1, max=65535, help=f"The AMQP port (implies --amqp).  [default: {DEFAULT_AMQP_PORT}]")] = None,
+    management_port: Annotated[Optional[int], typer.Option(
+        min=1, max=65535, help=f"Also serve the management API over plain HTTP on this port, as Microsoft's "
+                               f"emulator does on {EMULATOR_MANAGEMENT_PORT} (implies --amqp; the AMQP port "
+                               "serves it too).")] = None,
 ) -> None:
     """Start a namespace on the Ray cluster (starting a Ray head if none runs); it outlives this command.
 
@@ -76,12 +82,14 @@ def start(
     from ..config import check_replica_nodes, check_start_options, store_directory, stored_config_for
     from ..ray_head import start_head
 
-    serve_amqp = amqp_port if amqp_port is not None else DEFAULT_AMQP_PORT if amqp else None
+    serve_amqp = amqp_port if amqp_port is not None else \
+        DEFAULT_AMQP_PORT if amqp or management_port is not None else None
     wanted = {"sku": sku and sku.value, "partition_count": partitions, "data_dir": data_dir, "gateways": gateways,
-              "durability": durability and durability.value, "replicas": replicas, "amqp_port": serve_amqp}
+              "durability": durability and durability.value, "replicas": replicas, "amqp_port": serve_amqp,
+              "management_port": management_port}
     tier, count = check_start_options(namespace, sku=wanted["sku"] or "standard", partitions=partitions,
                                       gateways=gateways or 1, durability=wanted["durability"] or "normal",
-                                      replicas=replicas or 1, amqp_port=serve_amqp)
+                                      replicas=replicas or 1, amqp_port=serve_amqp, management_port=management_port)
     target = cluster_address(address)
     if target is None:
         if wanted["durability"] != "memory":
@@ -93,21 +101,26 @@ def start(
     ensure_ray(target)
     running = running_config(namespace)
     if running is not None:
+        if amqp_port is None and running.amqp_port is not None:
+            del wanted["amqp_port"]  # --amqp or --management-port without a port: any AMQP port will do
         _check_unchanged(running, {k: v for k, v in wanted.items() if v is not None})
     config = rb.start(namespace, sku=wanted["sku"] or "standard", partitions=partitions, data_dir=data_dir,
                       gateways=gateways or 1, durability=wanted["durability"] or "normal",
-                      replicas=replicas or 1, amqp_port=serve_amqp).config
+                      replicas=replicas or 1, amqp_port=serve_amqp, management_port=management_port).config
     verb = "running" if running is None else "already running"
     output.out(f"namespace {config.name!r} {verb} on {ray.get_runtime_context().gcs_address}: sku={config.sku}, "
                f"{config.partition_count} partitions{f' x {config.replicas} replicas' if config.replicated else ''}, "
                f"{config.gateways} gateway(s), "
                f"durability={config.durability}, data_dir={config.data_dir or '-'}"
                + (f", AMQP on port {config.amqp_port} (`ray-broker connection-string -n {config.name}`)"
-                  if config.amqp_port is not None else ""))
+                  if config.amqp_port is not None else "")
+               + (f", the management API over HTTP on port {config.management_port}"
+                  if config.management_port is not None else ""))
 
 
 _OPTION_OF = {"sku": "--sku", "partition_count": "--partitions", "data_dir": "--data-dir", "gateways": "--gateways",
-              "durability": "--durability", "replicas": "--replicas", "amqp_port": "--amqp-port"}
+              "durability": "--durability", "replicas": "--replicas", "amqp_port": "--amqp-port",
+              "management_port": "--management-port"}
 
 
 def _check_unchanged(running: Any, wanted: dict[str, Any]) -> None:
@@ -176,6 +189,10 @@ def connection_string(
     ca_file: Annotated[bool, typer.Option(
         "--ca-file", help="Print instead the path of the namespace's TLS certificate, which the SDKs' "
                           "administration clients must trust (REQUESTS_CA_BUNDLE, SSL_CERT_FILE).")] = False,
+    management: Annotated[bool, typer.Option(
+        "--management", help="Print the connection string of the plain-HTTP management port instead (the "
+                             "namespace started with --management-port), as applications written for "
+                             "Microsoft's emulator give their administration client.")] = False,
 ) -> None:
     """Print the connection string the Azure Service Bus SDKs take for a namespace started with --amqp."""
     from ..amqp.connection_string import connection_string as amqp_connection_string
@@ -189,12 +206,18 @@ def connection_string(
     if ca_file:
         output.out(certificate_path(config.name, config.data_dir))
         return
+    if management and config.management_port is None:
+        raise InvalidOperationError(f"namespace {namespace!r} has no management port: start it with `ray-broker "
+                                    f"start -n {namespace} --management-port {EMULATOR_MANAGEMENT_PORT}` (stop it "
+                                    "first if it runs), or give the administration client the AMQP port's "
+                                    "connection string", entity=namespace)
     keys = ns.list_shared_access_keys()
     key = next((k for k in keys if k.name == key_name), None)
     if key is None:
         raise InvalidOperationError(f"namespace {namespace!r} has no shared access key named {key_name!r}; it has "
                                     + ", ".join(k.name for k in keys), entity=namespace)
-    output.out(amqp_connection_string(host, config.amqp_port, key))
+    port = config.management_port if management else config.amqp_port
+    output.out(amqp_connection_string(host, port, key))
 
 
 def _deletion(namespace: str, deleted: str | None) -> str:

@@ -230,13 +230,15 @@ def ray_flow(address: str | None = None) -> LifecycleFlow[None]:
 
 def start_flow(name: str, *, sku: str, partitions: int | None, data_dir: str | None, gateways: int,
                durability: str, address: str | None, auth_token: str | None = None,
-               replicas: int = 1, amqp_port: int | None = None) -> LifecycleFlow[NamespaceConfig]:
+               replicas: int = 1, amqp_port: int | None = None,
+               management_port: int | None = None) -> LifecycleFlow[NamespaceConfig]:
     """Start namespace `name` (or find it running, if `auth_token` is its token) and return its
-    configuration; with `amqp_port`, its AMQP front end too."""
+    configuration; with `amqp_port`, its AMQP front end too (serving the management API on
+    `management_port` as well, when given)."""
     from actors.deploy import deploy
 
     check_start_options(name, sku=sku, partitions=partitions, gateways=gateways, durability=durability,
-                        replicas=replicas, amqp_port=amqp_port)
+                        replicas=replicas, amqp_port=amqp_port, management_port=management_port)
     required = token_hash(auth_token)
     yield from ray_flow(address)
     running = yield from running_config_flow(name)
@@ -246,7 +248,8 @@ def start_flow(name: str, *, sku: str, partitions: int | None, data_dir: str | N
     nodes = [(str(n["NodeID"]), (n.get("Labels") or {}).get(STORE_LABEL)) for n in ray.nodes() if n["Alive"]]
     config = plan_config(name, sku=sku, partitions=partitions, data_dir=data_dir, gateways=gateways,
                          durability=durability, nodes=nodes, local_node=ray.get_runtime_context().get_node_id(),
-                         auth_token_hash=required, replicas=replicas, amqp_port=amqp_port)
+                         auth_token_hash=required, replicas=replicas, amqp_port=amqp_port,
+                         management_port=management_port)
     yield from stores_free_flow(config)
     save_config(config)
     yield Blocking(deploy, (config,))

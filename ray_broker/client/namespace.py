@@ -37,7 +37,8 @@ T = TypeVar("T")
 
 def start(name: str, *, sku: str = "standard", partitions: int | None = None, data_dir: str | None = None,
           gateways: int = 1, durability: str = "normal", address: str | None = None,
-          auth_token: str | None = None, replicas: int = 1, amqp_port: int | None = None) -> Namespace:
+          auth_token: str | None = None, replicas: int = 1, amqp_port: int | None = None,
+          management_port: int | None = None) -> Namespace:
     """Start a namespace (or return the running one of that name): its partitions and gateways.
 
     Joins the Ray cluster that `address`, `RAY_ADDRESS` or this machine's `ray start` head names,
@@ -48,11 +49,13 @@ def start(name: str, *, sku: str = "standard", partitions: int | None = None, da
     `replicas` > 1, every partition is that many copies on distinct nodes, and an acknowledged
     operation survives the loss of a node (README, "Replication"). With `amqp_port`, the namespace
     also serves AMQP 1.0 on that port of this node, so the Azure Service Bus SDKs reach it with a
-    connection string (README, "Use the Azure SDKs"; needs the `amqp` extra).
+    connection string (README, "Use the Azure SDKs"; needs the `amqp` extra); the management API
+    of their administration clients is on that port too, and with `management_port` also on a
+    port of its own over plain HTTP, as Microsoft's emulator serves it on 5300.
     """
     return Namespace(start_namespace(name, sku=sku, partitions=partitions, data_dir=data_dir, gateways=gateways,
                                      durability=durability, address=address, auth_token=auth_token,
-                                     replicas=replicas, amqp_port=amqp_port))
+                                     replicas=replicas, amqp_port=amqp_port, management_port=management_port))
 
 
 def connect(name: str, *, address: str | None = None, auth_token: str | None = None) -> Namespace:

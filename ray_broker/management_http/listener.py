@@ -1,5 +1,6 @@
-"""One port, three protocols: accepts connections, peeks at their first bytes (without taking them)
-and hands each to the AMQP engine, to HTTP over TLS, or to plain HTTP.
+"""One port, up to three protocols: accepts connections, peeks at their first bytes (without taking
+them) and hands each to the AMQP engine, to HTTP over TLS, or to plain HTTP, as the port serves
+them; a connection in a protocol the port does not serve is closed at once.
 
 The peek (`MSG_PEEK`) leaves the bytes in the socket, so the TLS handshake and the AMQP engine
 read the connection from its first byte, through the same asyncio streams `asyncio.start_server`
@@ -11,7 +12,7 @@ import asyncio
 import logging
 import socket
 import ssl
-from typing import Awaitable, Callable
+from typing import Awaitable, Callable, Mapping
 
 from .sniff import SNIFF_BYTES, WireProtocol, sniff
 
@@ -49,17 +50,19 @@ async def open_streams(sock: socket.socket,
 
 
 class SniffingListener:
-    """Serves a port: AMQP connections go to `amqp`, HTTP ones (over TLS with `tls`, or plain) to
-    `http`. A connection that fails is closed and logged; the listener keeps serving.
+    """Serves a port: each connection goes to the handler of the protocol it speaks (for TLS, the
+    handler serves what the handshake carries). A connection in a protocol without a handler, or
+    that fails, is closed and logged; the listener keeps serving.
 
     Args:
-        amqp: serves an AMQP connection.
-        http: serves an HTTP/1.1 connection (TLS already undone).
-        tls: the TLS server context.
+        handlers: what serves a connection, by the protocol it opens with.
+        tls: the TLS server context (needed when `handlers` serve TLS).
     """
 
-    def __init__(self, amqp: StreamHandler, http: StreamHandler, tls: ssl.SSLContext) -> None:
-        self._handlers = {WireProtocol.AMQP: amqp, WireProtocol.HTTP: http, WireProtocol.TLS: http}
+    def __init__(self, handlers: Mapping[WireProtocol, StreamHandler], tls: ssl.SSLContext | None = None) -> None:
+        if WireProtocol.TLS in handlers and tls is None:
+            raise ValueError("serving TLS needs a TLS server context")
+        self._handlers = dict(handlers)
         self._tls = tls
         self._socket: socket.socket | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -96,6 +99,11 @@ class SniffingListener:
                 sock.close()
                 return
             protocol = sniff(head)
+            if protocol not in self._handlers:
+                logger.info("front end: a %s connection reached a port that serves %s only; closed",
+                            protocol.value, " and ".join(sorted(p.value for p in self._handlers)))
+                sock.close()
+                return
             reader, writer = await open_streams(sock, self._tls if protocol is WireProtocol.TLS else None)
         except (OSError, asyncio.TimeoutError, ssl.SSLError) as exc:
             logger.info("front end: a connection closed before it was served: %r", exc)

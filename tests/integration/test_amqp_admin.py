@@ -35,6 +35,8 @@ from ray_broker.amqp.connection_string import connection_string
 from ray_broker.amqp.sas import SasKey, make_token
 from ray_broker.management_http.certificate import certificate_path
 
+from .helpers import free_port
+
 WAIT_S = 5
 
 
@@ -332,3 +334,55 @@ def test_named_keys_count_at_once_for_the_management_api(amqp_namespace: rb.Name
         for key in (manager, listener):
             if key.name in {k.name for k in amqp_namespace.list_shared_access_keys()}:
                 amqp_namespace.remove_shared_access_key(key.name)
+
+
+QUEUE_ENTRY = (b'<entry xmlns="http://www.w3.org/2005/Atom"><content type="application/xml"><QueueDescription '
+               b'xmlns="http://schemas.microsoft.com/netservices/2010/10/servicebus/connect"/></content></entry>')
+
+
+def test_a_management_port_serves_the_api_over_plain_http_alone(ray_instance: None,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """`management_port`: the management API over plain HTTP on a port of its own (where
+    applications written for Microsoft's emulator send it), the AMQP port unchanged; a TLS or AMQP
+    connection to the management port is closed; the CLI prints its connection string."""
+    import ray
+
+    from ray_broker.cli import main
+
+    name, queue = unique("mgmt"), unique("q")
+    amqp_port = free_port()
+    management_port = next(port for port in iter(free_port, None) if port != amqp_port)
+    ns = rb.start(name, sku="premium", partitions=1, durability="memory", amqp_port=amqp_port,
+                  management_port=management_port)
+    try:
+        assert ns.config.management_port == management_port
+        key = ns.config.shared_access_keys()[0]
+        auth = {"Authorization": make_token(f"http://localhost:{management_port}", key.name, key.key,
+                                            int(time.time()) + 600)}
+        status, body = raw_request(management_port, "PUT", f"/{queue}", auth, QUEUE_ENTRY)
+        assert status == 201 and queue.encode() in body
+        status, body = raw_request(management_port, "GET", "/$Resources/queues", auth)
+        assert status == 200 and queue.encode() in body
+        assert raw_request(management_port, "GET", "/$Resources/queues", {})[0] == 401
+        with pytest.raises((ConnectionError, __import__("ssl").SSLError)):
+            raw_request(management_port, "GET", "/$namespaceinfo", auth,
+                        ca=certificate_path(ns.config.name, ns.config.data_dir))
+        target = ["-n", name, "--address", str(ray.get_runtime_context().gcs_address)]
+        assert main(["connection-string", *target, "--management"]) == 0
+        printed = capsys.readouterr().out.strip().splitlines()[-1]  # after any line Ray's log monitor printed
+        assert printed == connection_string("localhost", management_port, key)
+        with ServiceBusClient.from_connection_string(connection_string("localhost", amqp_port, key)) as client:
+            with client.get_queue_sender(queue) as sender:
+                sender.send_messages(ServiceBusMessage("created over plain HTTP"))
+        status, body = raw_request(management_port, "GET", f"/{queue}", auth)
+        assert status == 200 and b":MessageCount>1</" in body
+
+        busy = unique("busy")
+        with pytest.raises(rb.errors.InvalidOperationError,
+                           match=f"cannot listen on port {management_port} \\(the management port\\)"):
+            rb.start(busy, sku="premium", partitions=1, durability="memory", amqp_port=free_port(),
+                     management_port=management_port)
+        with pytest.raises(rb.errors.NamespaceNotRunningError):
+            rb.connect(busy)
+    finally:
+        rb.stop(name)

@@ -51,6 +51,25 @@ def test_a_bad_amqp_port_is_refused_before_anything_starts(port: object) -> None
                             amqp_port=port)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("amqp_port, management_port, wrong", [
+    (5672, 0, "management_port must be None or a port number"), (5672, "5300", "management_port must be"),
+    (None, 5300, "management_port needs amqp_port"), (5672, 5672, "both 5672"),
+])
+def test_a_bad_management_port_is_refused_before_anything_starts(amqp_port: object, management_port: object,
+                                                                  wrong: str) -> None:
+    with pytest.raises(InvalidArgumentError, match=wrong):
+        check_start_options("demo", sku="standard", partitions=None, gateways=1, durability="memory",
+                            amqp_port=amqp_port, management_port=management_port)  # type: ignore[arg-type]
+
+
+def test_the_management_port_is_kept_in_the_configuration(tmp_path: Path) -> None:
+    config = plan(tmp_path, amqp_port=5672, management_port=5300)
+    assert (config.amqp_port, config.management_port) == (5672, 5300)
+    save_config(config)
+    assert load_config(str(tmp_path)) == config
+    assert plan(tmp_path, amqp_port=5672).management_port is None, "each start says whether it serves one"
+
+
 @pytest.mark.parametrize("error, name, code", [
     (MessagingEntityNotFoundError("gone"), "amqp:not-found", 404),
     (UnauthorizedError("no"), "amqp:unauthorized-access", 401),

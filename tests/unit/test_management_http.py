@@ -145,7 +145,8 @@ async def listener(tmp_path: Path) -> AsyncIterator[tuple[int, list[bytes], str]
         await serve_http(reader, writer, answer, "localhost:0")
 
     cert, key = ensure_certificate(str(tmp_path), "ns", ())
-    served = SniffingListener(amqp, http, server_context(cert, key))
+    served = SniffingListener({WireProtocol.AMQP: amqp, WireProtocol.HTTP: http, WireProtocol.TLS: http},
+                              server_context(cert, key))
     port = await served.listen("127.0.0.1", 0)
     yield port, amqp_seen, cert
     served.close()
@@ -197,3 +198,35 @@ async def test_a_request_that_breaks_http_gets_400_and_the_port_keeps_serving(
     over = 1024 * 1024 + 1
     assert (await exchange(port, chunked + f"{over:x}\r\n".encode() + b"x" * over)).startswith(b"HTTP/1.1 413")
     assert (await exchange(port, AMQP_HEADER)) == AMQP_HEADER
+
+
+async def test_a_port_that_serves_plain_http_alone_closes_amqp_and_tls_connections(tmp_path: Path) -> None:
+    async def http(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await serve_http(reader, writer, answer, "localhost:0")
+
+    cert, _ = ensure_certificate(str(tmp_path), "ns", ())
+    served = SniffingListener({WireProtocol.HTTP: http})
+    port = await served.listen("127.0.0.1", 0)
+    try:
+        got = await exchange(port, b"GET /$Resources/queues HTTP/1.1\r\nHost: h:2\r\nConnection: close\r\n\r\n")
+        assert got.startswith(b"HTTP/1.1 200 OK") and got.endswith(b"GET /$Resources/queues h:2 0")
+        assert await closed_unanswered(port, AMQP_HEADER)
+        assert await closed_unanswered(port, b"GET / HTTP/1.1\r\n\r\n", ssl.create_default_context(cafile=cert))
+        assert (await exchange(port, b"GET /missing HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n")).startswith(
+            b"HTTP/1.1 404"), "the port keeps serving"
+    finally:
+        served.close()
+
+
+async def closed_unanswered(port: int, data: bytes, tls: ssl.SSLContext | None = None) -> bool:
+    """Whether the listener closes a connection that sends `data` without answering a byte (the
+    close may come as a reset, since the connection's bytes were never read)."""
+    try:
+        return await exchange(port, data, tls) == b""
+    except (ConnectionError, ssl.SSLError):
+        return True
+
+
+def test_serving_tls_needs_a_tls_context() -> None:
+    with pytest.raises(ValueError, match="TLS server context"):
+        SniffingListener({WireProtocol.TLS: answer})  # type: ignore[dict-item]
