@@ -101,8 +101,6 @@ def start(
     ensure_ray(target)
     running = running_config(namespace)
     if running is not None:
-        if amqp_port is None and running.amqp_port is not None:
-            del wanted["amqp_port"]  # --amqp or --management-port without a port: any AMQP port will do
         _check_unchanged(running, {k: v for k, v in wanted.items() if v is not None})
     config = rb.start(namespace, sku=wanted["sku"] or "standard", partitions=partitions, data_dir=data_dir,
                       gateways=gateways or 1, durability=wanted["durability"] or "normal",
