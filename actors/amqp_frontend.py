@@ -39,6 +39,8 @@ logger = logging.getLogger("ray_broker.amqp")
 
 RELISTEN_WITHIN_S = 60.0
 """How long a restarted front end keeps trying to start listening again."""
+HEALTH_TIMEOUT_S = 2.0
+"""How long a health probe waits for the routing table, and for each partition."""
 LISTEN_HOST = "0.0.0.0"
 """Where the front end listens: every interface of its node (tokens guard every link)."""
 
@@ -102,7 +104,8 @@ class AmqpFrontend:
         namespace = Namespace(config)
         names = (socket.gethostname(), ray.util.get_node_ip_address())
         tls = server_context(*ensure_certificate(certificate_dir(config.name, config.data_dir), config.name, names))
-        service = ManagementService(namespace, namespace.list_shared_access_keys)
+        service = ManagementService(namespace, namespace.list_shared_access_keys,
+                                    partitions_down=self._partitions_down)
 
         def http(port: int | None) -> Any:
             return partial(serve_http, handler=service.handle, default_host=f"localhost:{port}")
@@ -131,6 +134,28 @@ class AmqpFrontend:
             raise OSError(exc.errno, f"cannot listen on port {port} ({role}): {exc.strerror}") from None
         self._listeners.append(listener)
         return bound
+
+    async def _partitions_down(self) -> list[int]:
+        """The partitions whose actor (a replicated one's leader) does not answer within
+        `HEALTH_TIMEOUT_S`; every one when the namespace's routing table cannot be had."""
+        config = self._config
+        gateway = find_actor(config.gateway_name(0))
+        try:
+            if gateway is None:
+                raise LookupError("no gateway")
+            table = await asyncio.wait_for(gateway.call.remote("routing_table"), HEALTH_TIMEOUT_S)
+        except Exception:  # noqa: BLE001 - no routing table: no partition is known to answer
+            return list(range(config.partition_count))
+
+        async def answers(handle: Any) -> bool:
+            try:
+                await asyncio.wait_for(handle.pid.remote(), HEALTH_TIMEOUT_S)
+                return True
+            except Exception:  # noqa: BLE001 - dead, restarting or too slow: down
+                return False
+
+        answered = await asyncio.gather(*(answers(h) for h in table["handles"]))
+        return [k for k, ok in enumerate(answered) if not ok]
 
     async def _accept(self, namespace: Namespace, reader: asyncio.StreamReader,
                       writer: asyncio.StreamWriter) -> None:

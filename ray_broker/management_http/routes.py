@@ -7,11 +7,15 @@
     GET|PUT|DELETE /<topic>/subscriptions/<subscription>  one subscription
     GET  /<topic>/subscriptions/<subscription>/rules      a page of its rules
     GET|PUT|DELETE /<topic>/subscriptions/<subscription>/rules/<rule>
+
+and, without a token, `GET /health`: whether the namespace's partitions answer (`is_health_check`;
+with a token it is the entity named "health", as any other).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
+from typing import Mapping
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from ..entities import subscription_path
@@ -116,3 +120,18 @@ def route(method: str, target: str) -> Route:
     query = parse_qs(parts.query)
     return Route(method, resource, path=path, skip=_page_number(query, "$skip", 0, 0, 2**31 - 1),
                  top=_page_number(query, "$top", DEFAULT_PAGE, 1, MAX_PAGE), **names)
+
+
+HEALTH_PATH = "health"
+
+
+def is_health_check(method: str, target: str, headers: Mapping[str, str]) -> bool:
+    """Whether a request (header names in lower case) is a health probe: `GET /health` without
+    an Authorization header (the administration clients always send one, so an entity named
+    "health" stays theirs).
+
+    >>> is_health_check("GET", "/health", {}), is_health_check("GET", "/health", {"authorization": "t"})
+    (True, False)
+    """
+    return method == "GET" and "authorization" not in headers and \
+        unquote(urlsplit(target).path).strip("/").lower() == HEALTH_PATH

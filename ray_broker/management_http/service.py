@@ -7,6 +7,7 @@ statuses -> HttpResponseError with the detail). Plain Python: the namespace hand
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 import xml.etree.ElementTree as ET
@@ -41,7 +42,7 @@ from .descriptions import (
     stored_size,
     write_description,
 )
-from .routes import MethodNotAllowedError, Resource, Route, route
+from .routes import MethodNotAllowedError, Resource, Route, is_health_check, route
 from .rules import read_rule, write_rule
 
 if TYPE_CHECKING:
@@ -92,6 +93,10 @@ def error_reply(error: BaseException) -> Reply:
     return Reply(status, atom.ERROR_CONTENT_TYPE, atom.error_body(status, detail))
 
 
+PartitionsDown = Callable[[], Awaitable[list[int]]]
+"""Gives the partitions that do not answer now."""
+
+
 class ManagementService:
     """Answers management requests for one namespace.
 
@@ -100,19 +105,24 @@ class ManagementService:
         keys: gives the namespace's shared access keys, asked at each request (as the AMQP
             connection asks at each put-token), so keys made or removed count at once.
         clock: epoch seconds now (token expiry).
+        partitions_down: when given, health probes (`GET /health` without a token) are answered
+            from it: 200 when every partition answers, 503 naming those that do not.
     """
 
     def __init__(self, namespace: Namespace, keys: Callable[[], Awaitable[Iterable[SasKey]]],
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, partitions_down: PartitionsDown | None = None) -> None:
         self._namespace = namespace
         self._keys = keys
         self._clock = clock
+        self._partitions_down = partitions_down
         self._message_size = message_size_fixed(namespace.sku.max_message_bytes // 1024)
         self._partitions = namespace.sku.fixed_partitions or 1
         """How many partitions a partitioned entity has, where the tier fixes it (its size shows times this)."""
 
     async def handle(self, request: Request, host: str) -> Reply:
         """Answer `request`, which reached the server as `host` (host:port, for links)."""
+        if self._partitions_down is not None and is_health_check(request.method, request.target, request.headers):
+            return await self._health(self._partitions_down)
         try:
             target = route(request.method, request.target)
             keys = tuple(await self._keys())
@@ -123,6 +133,14 @@ class ManagementService:
         except Exception as exc:  # noqa: BLE001 - the server answers 500 and keeps serving
             logger.exception("management API: %s %s failed", request.method, request.target)
             return error_reply(exc)
+
+    async def _health(self, partitions_down: PartitionsDown) -> Reply:
+        """200 and "healthy" when every partition answers, else 503 and "unhealthy" with those that
+        do not (a JSON object either way)."""
+        down = await partitions_down()
+        report = {"status": "unhealthy" if down else "healthy", "namespace": self._namespace.config.name,
+                  "partitions": self._namespace.partition_count, "partitions_down": down}
+        return Reply(503 if down else 200, "application/json", json.dumps(report).encode())
 
     # ------------------------------------------------------------------ routing
 

@@ -7,6 +7,7 @@ and the same connection string serving AMQP afterwards.
 All tests share one namespace that serves AMQP on a free port."""
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from datetime import timedelta
@@ -344,7 +345,8 @@ def test_a_management_port_serves_the_api_over_plain_http_alone(ray_instance: No
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
     """`management_port`: the management API over plain HTTP on a port of its own (where
     applications written for Microsoft's emulator send it), the AMQP port unchanged; a TLS or AMQP
-    connection to the management port is closed; the CLI prints its connection string."""
+    connection to the management port is closed; the CLI prints its connection string; a health
+    probe (`GET /health` without a token) on either port says whether every partition answers."""
     import ray
 
     from ray_broker.cli import main
@@ -384,5 +386,14 @@ def test_a_management_port_serves_the_api_over_plain_http_alone(ray_instance: No
                      management_port=management_port)
         with pytest.raises(rb.errors.NamespaceNotRunningError):
             rb.connect(busy)
+
+        for port in (management_port, amqp_port):
+            status, body = raw_request(port, "GET", "/health", {})
+            assert (status, json.loads(body)) == (200, {"status": "healthy", "namespace": name, "partitions": 1,
+                                                        "partitions_down": []})
+        assert raw_request(management_port, "GET", "/health", auth)[0] == 404, "with a token: the entity 'health'"
+        ray.kill(ray.get_actor(f"{name}.partition.0", namespace="ray_broker"), no_restart=True)
+        status, body = raw_request(management_port, "GET", "/health", {})
+        assert status == 503 and json.loads(body)["partitions_down"] == [0]
     finally:
         rb.stop(name)

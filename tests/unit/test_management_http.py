@@ -17,7 +17,7 @@ from ray_broker.management_http.authorization import authorize, check_forwarding
 from ray_broker.management_http.certificate import certificate_path, ensure_certificate, server_context
 from ray_broker.management_http.http import serve_http
 from ray_broker.management_http.listener import SniffingListener
-from ray_broker.management_http.routes import MethodNotAllowedError, Resource, route
+from ray_broker.management_http.routes import MethodNotAllowedError, Resource, is_health_check, route
 from ray_broker.management_http.service import Reply, Request, status_of
 from ray_broker.management_http.sniff import WireProtocol, sniff
 
@@ -230,3 +230,13 @@ async def closed_unanswered(port: int, data: bytes, tls: ssl.SSLContext | None =
 def test_serving_tls_needs_a_tls_context() -> None:
     with pytest.raises(ValueError, match="TLS server context"):
         SniffingListener({WireProtocol.TLS: answer})  # type: ignore[dict-item]
+
+
+@pytest.mark.parametrize("method, target, headers, probe", [
+    ("GET", "/health", {}, True), ("GET", "/Health/?x=1", {}, True),
+    ("GET", "/health", {"authorization": "SharedAccessSignature ..."}, False),
+    ("PUT", "/health", {}, False), ("GET", "/health/subscriptions", {}, False),
+])
+def test_a_health_probe_is_get_health_without_a_token(method: str, target: str, headers: dict[str, str],
+                                                      probe: bool) -> None:
+    assert is_health_check(method, target, headers) is probe
