@@ -106,14 +106,18 @@ def start(
                       gateways=gateways or 1, durability=wanted["durability"] or "normal",
                       replicas=replicas or 1, amqp_port=serve_amqp, management_port=management_port).config
     verb = "running" if running is None else "already running"
-    output.out(f"namespace {config.name!r} {verb} on {ray.get_runtime_context().gcs_address}: sku={config.sku}, "
-               f"{config.partition_count} partitions{f' x {config.replicas} replicas' if config.replicated else ''}, "
-               f"{config.gateways} gateway(s), "
-               f"durability={config.durability}, data_dir={config.data_dir or '-'}"
-               + (f", AMQP on port {config.amqp_port} (`ray-broker connection-string -n {config.name}`)"
-                  if config.amqp_port is not None else "")
-               + (f", the management API over HTTP on port {config.management_port}"
-                  if config.management_port is not None else ""))
+    output.out(f"namespace {config.name!r} {verb} on {ray.get_runtime_context().gcs_address}: {settings(config)}")
+
+
+def settings(config: Any) -> str:
+    """A running namespace's settings in one line, as `start` and `status` print them."""
+    return (f"sku={config.sku}, {config.partition_count} partitions"
+            f"{f' x {config.replicas} replicas' if config.replicated else ''}, {config.gateways} gateway(s), "
+            f"durability={config.durability}, data_dir={config.data_dir or '-'}"
+            + (f", AMQP on port {config.amqp_port} (`ray-broker connection-string -n {config.name}`)"
+               if config.amqp_port is not None else "")
+            + (f", the management API over HTTP on port {config.management_port}"
+               if config.management_port is not None else ""))
 
 
 _OPTION_OF = {"sku": "--sku", "partition_count": "--partitions", "data_dir": "--data-dir", "gateways": "--gateways",
@@ -236,8 +240,7 @@ def status(namespace: NamespaceOption = DEFAULT_NAMESPACE, address: AddressOptio
         output.json_document(status_document(ns))
         return
     config = ns.config
-    output.out(f"namespace {ns.name!r}: sku={config.sku}, {ns.partition_count} partitions, "
-               f"{config.gateways} gateway(s), durability={config.durability}, data_dir={config.data_dir or '-'}")
+    output.out(f"namespace {ns.name!r}: {settings(config)}")
     entities = entity_runtimes(ns)
     counts = partition_counts([runtime for *_, runtime in entities], ns.partition_count)
     output.out()
@@ -270,7 +273,7 @@ def status_document(ns: Any) -> dict[str, Any]:
         "durability": config.durability, "data_dir": config.data_dir,
         "partitions": [dict(zip(STATUS_PARTITION_KEYS, p.row(counts[p.index]))) for p in
                        partition_statuses(ns, survey.leaders() if survey is not None else None)],
-        "replicas": config.replicas,
+        "replicas": config.replicas, "amqp_port": config.amqp_port, "management_port": config.management_port,
         **({"replica_states": [dict(zip(STATUS_REPLICA_KEYS, row)) for row in survey.rows()]}
            if survey is not None else {}),
         "entities": [{"path": path, "kind": kind, **output.plain(props), "runtime": output.plain(rt)}

@@ -350,6 +350,7 @@ def test_a_management_port_serves_the_api_over_plain_http_alone(ray_instance: No
     import ray
 
     from ray_broker.cli import main
+    from ray_broker.cli.namespaces import status_document
 
     name, queue = unique("mgmt"), unique("q")
     amqp_port = free_port()
@@ -373,6 +374,10 @@ def test_a_management_port_serves_the_api_over_plain_http_alone(ray_instance: No
         assert main(["connection-string", *target, "--management"]) == 0
         printed = capsys.readouterr().out.strip().splitlines()[-1]  # after any line Ray's log monitor printed
         assert printed == connection_string("localhost", management_port, key)
+        assert main(["status", *target]) == 0
+        assert f"AMQP on port {amqp_port}" in capsys.readouterr().out
+        shown = status_document(ns)
+        assert (shown["amqp_port"], shown["management_port"]) == (amqp_port, management_port)
         with ServiceBusClient.from_connection_string(connection_string("localhost", amqp_port, key)) as client:
             with client.get_queue_sender(queue) as sender:
                 sender.send_messages(ServiceBusMessage("created over plain HTTP"))

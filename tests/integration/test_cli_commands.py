@@ -115,6 +115,7 @@ def test_status_and_lists_print_json(namespace: rb.Namespace, target: list[str])
         namespace.delete_queue(queue)
         namespace.delete_topic(topic)
     assert status["namespace"] == namespace.name and status["partition_count"] == namespace.partition_count
+    assert status["amqp_port"] is None and status["management_port"] is None, "no AMQP front end"
     assert [p["index"] for p in status["partitions"]] == list(range(namespace.partition_count))
     assert all(p["health"] == "up" and isinstance(p["pid"], int) for p in status["partitions"])
     by_path = {e["path"]: e for e in status["entities"]}
