@@ -139,13 +139,14 @@ class AmqpFrontend:
         """The partitions whose actor (a replicated one's leader) does not answer within
         `HEALTH_TIMEOUT_S`; every one when the namespace's routing table cannot be had."""
         config = self._config
+        everyone = list(range(config.partition_count))
         gateway = find_actor(config.gateway_name(0))
+        if gateway is None:
+            return everyone
         try:
-            if gateway is None:
-                raise LookupError("no gateway")
             table = await asyncio.wait_for(gateway.call.remote("routing_table"), HEALTH_TIMEOUT_S)
         except Exception:  # noqa: BLE001 - no routing table: no partition is known to answer
-            return list(range(config.partition_count))
+            return everyone
 
         async def answers(handle: Any) -> bool:
             try:

@@ -139,9 +139,9 @@ class Sends:
         batch. Only a partition that stays away longer, or another that fails with the batch after
         that (or with an untagged batch), can leave a copy behind (at-least-once, as Service Bus):
         each such move is warned of (`moved_in_doubt`). A call that cannot have reached its
-        partition (refused before it was sent) leaves no doubt: the batch moves on at once. A partition failing for longer than
-        `UNKEYED_SETTLE_S` is held away (`PartitionHealth.hold_away`), longer each time it is still
-        away after a hold.
+        partition (refused before it was sent) leaves no doubt: the batch moves on at once. A
+        partition failing for longer than `UNKEYED_SETTLE_S` is held away
+        (`PartitionHealth.hold_away`), longer each time it is still away after a hold.
         """
         reach, count = self._reach, self._reach.count
         call = plan.unkeyed_call(part)
