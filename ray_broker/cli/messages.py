@@ -5,14 +5,23 @@ import sys
 import uuid
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated, Any, Iterator, Optional
+from typing import Annotated, Any, Iterable, Iterator, Optional
 
 import typer
 
 from ..clock import MAX_DURATION_SECONDS
-from ..errors import InvalidArgumentError, MessageSizeExceededError
+from ..errors import InvalidArgumentError, InvalidOperationError, MessageLockLostError, MessageSizeExceededError
 from . import output
-from .options import DEFAULT_NAMESPACE, SUBSCRIPTIONS, AddressOption, NamespaceOption, attach, receivable, sendable
+from .options import (
+    DEFAULT_NAMESPACE,
+    SUBSCRIPTIONS,
+    AddressOption,
+    Entity,
+    NamespaceOption,
+    attach,
+    receivable,
+    sendable,
+)
 from .properties import PROPERTY_HELP, parse_properties
 
 RECEIVE_BATCH = 100
@@ -124,39 +133,76 @@ def receive(
     count: Count = 10,
     wait: Annotated[float, typer.Option(min=0, help="Seconds to wait for messages before giving up.")] = 5.0,
     complete: Annotated[bool, typer.Option(
-        "--complete/--no-complete", help="Complete each message, or abandon it (back to the entity, one more "
-                                         "delivery counted).")] = True,
+        "--complete/--no-complete", help="Complete each message, or hold them all and abandon them at the end "
+                                         "(back to the entity, one more delivery counted).")] = True,
     dead_letter: DeadLetter = False,
     session_id: SessionId = None,
     as_json: AsJson = False,
 ) -> None:
-    """Receive up to --count messages (peek-lock), print them, and complete them (or abandon them)."""
+    """Receive up to --count messages (peek-lock), print each once, and complete them (or abandon them)."""
     import ray_broker as rb
 
     ns = attach(namespace, address)
     target, properties = receivable(ns, entity, "receive")
-    session = None
-    if not dead_letter and properties.requires_session:
-        session = session_id or rb.NEXT_AVAILABLE_SESSION
+    session = _session(target, properties, dead_letter, session_id, "receive")
+    if session is None and not dead_letter and properties.requires_session:
+        session = rb.NEXT_AVAILABLE_SESSION
     receiver = target.receiver(ns, dead_letter=dead_letter, session_id=session, max_wait_time=wait)
-    received: list[Any] = []
+    shown: list[Any] = []
+    held: dict[tuple[int, int], Any] = {}
+    """Each message received, by partition and sequence number: the copy received last, whose lock
+    the command holds until the end without --complete."""
     with receiver:
-        while len(received) < count:
-            batch = receiver.receive_messages(min(RECEIVE_BATCH, count - len(received)), max_wait_time=wait)
-            if not batch:
-                break
-            for message in batch:
-                if complete:
-                    receiver.complete_message(message)
-                else:
-                    receiver.abandon_message(message)
-                if as_json:
-                    print(output.message_json(message), flush=True)
-            received.extend(batch)
-    if not as_json and received:
-        output.table(output.MESSAGE_HEADERS, [output.message_row(m) for m in received])
+        try:
+            while len(shown) < count:
+                batch = receiver.receive_messages(min(RECEIVE_BATCH, count - len(shown)), max_wait_time=wait)
+                fresh = [m for m in batch if _identity(m) not in held]
+                held.update((_identity(m), m) for m in batch)
+                if not fresh:  # nothing came, or only messages held before whose lock lapsed meanwhile
+                    break
+                for message in fresh:
+                    if complete:
+                        receiver.complete_message(message)
+                    if as_json:
+                        print(output.message_json(message), flush=True)
+                shown.extend(fresh)
+        finally:
+            if not complete:
+                _abandon(receiver, held.values())
+    if not as_json and shown:
+        output.table(output.MESSAGE_HEADERS, [output.message_row(m) for m in shown])
     where = f"{target}" + (" (dead-letter)" if dead_letter else "")
-    output.note(f"received and {'completed' if complete else 'abandoned'} {len(received)} message(s) from {where}")
+    output.note(f"received and {'completed' if complete else 'abandoned'} {len(shown)} message(s) from {where}")
+
+
+def _identity(message: Any) -> tuple[int, int]:
+    """What tells a message apart from every other one of its entity, however often it is received."""
+    return message.partition_index, message.sequence_number
+
+
+def _abandon(receiver: Any, messages: Iterable[Any]) -> None:
+    """Abandon `messages` (one delivery counted each) and wait until the broker has them; a message
+    whose lock lapsed is back on the entity already, and is left as it is."""
+    for message in messages:
+        receiver.abandon_message(message)
+    try:
+        receiver.flush()
+    except MessageLockLostError:
+        pass
+
+
+def _session(target: Entity, properties: Any, dead_letter: bool, session_id: str | None, command: str) -> str | None:
+    """The session `--session-id` names; `InvalidOperationError` when it is given for an entity
+    without sessions or for a dead-letter sub-queue (which has none), before anything is read."""
+    if session_id is None:
+        return None
+    if dead_letter:
+        raise InvalidOperationError(f"the dead-letter sub-queue of {target} has no sessions: {command} it without "
+                                    "--session-id", entity=target.path)
+    if not properties.requires_session:
+        raise InvalidOperationError(f"{target} does not require sessions, so it has no session {session_id!r}: "
+                                    f"{command} it without --session-id", entity=target.path)
+    return session_id
 
 
 def peek(
@@ -172,7 +218,7 @@ def peek(
     """Browse up to --count messages without locking or settling them."""
     ns = attach(namespace, address)
     target, properties = receivable(ns, entity, "peek")
-    session = session_id if not dead_letter and properties.requires_session else None
+    session = _session(target, properties, dead_letter, session_id, "peek")
     receiver = target.receiver(ns, dead_letter=dead_letter, session_id=session)
     with receiver:
         messages = receiver.peek_messages(count, sequence_number=from_sequence)

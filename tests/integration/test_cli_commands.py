@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import uuid
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -126,3 +127,93 @@ def test_status_and_lists_print_json(namespace: rb.Namespace, target: list[str])
     assert listed["runtime"]["active_message_count"] == 3 and listed["auto_delete_on_idle"] is None
     assert next(t for t in topics if t["name"] == topic)["runtime"]["subscription_count"] == 1
     assert [s["name"] for s in subscriptions] == ["all"] and subscriptions[0]["topic_name"] == topic
+
+
+def one_error_line(result: subprocess.CompletedProcess[str], status: int) -> str:
+    """The single line a failed run printed on standard error; fails unless it exited `status`."""
+    assert result.returncode == status, (result.returncode, result.stdout, result.stderr)
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith("error: "), result.stderr
+    return result.stderr.rstrip("\n")
+
+
+def peeked(namespace: rb.Namespace, queue: str) -> list[rb.ReceivedMessage]:
+    """Every message of `queue`, browsed."""
+    with namespace.get_queue_receiver(queue) as receiver:
+        return receiver.peek_messages(100)
+
+
+@pytest.mark.parametrize("argv", [
+    ["receive", "--session-id", "s1"],
+    ["receive", "--no-complete", "--session-id", "s1"],
+    ["peek", "--session-id", "s1"],
+], ids=["receive", "receive-no-complete", "peek"])
+def test_a_session_id_on_an_entity_without_sessions_is_refused_before_anything_is_read(
+        namespace: rb.Namespace, target: list[str], argv: list[str]) -> None:
+    queue = f"cli-{uuid.uuid4().hex[:10]}"
+    namespace.create_queue(queue)
+    namespace.get_queue_sender(queue).send_messages([rb.Message(f"m{i}") for i in range(3)])
+    try:
+        result = run_cli([argv[0], queue, *argv[1:], "--wait" if argv[0] == "receive" else "--count", "2", *target])
+        left = peeked(namespace, queue)
+    finally:
+        namespace.delete_queue(queue)
+    line = one_error_line(result, 1)
+    assert line == (f"error: InvalidOperationError: queue '{queue}' does not require sessions, so it has no session "
+                    f"'s1': {argv[0]} it without --session-id")
+    assert result.stdout == ""
+    assert [m.delivery_count for m in left] == [0, 0, 0], "messages were received"
+
+
+@pytest.mark.parametrize("command", ["receive", "peek"])
+def test_a_session_id_on_a_dead_letter_sub_queue_is_refused(namespace: rb.Namespace, target: list[str],
+                                                           command: str) -> None:
+    queue = f"cli-{uuid.uuid4().hex[:10]}"
+    namespace.create_queue(queue, requires_session=True)
+    try:
+        result = run_cli([command, queue, "--dead-letter", "--session-id", "s1", *target])
+    finally:
+        namespace.delete_queue(queue)
+    assert one_error_line(result, 1) == (f"error: InvalidOperationError: the dead-letter sub-queue of queue '{queue}' "
+                                         f"has no sessions: {command} it without --session-id")
+
+
+def test_peek_and_receive_with_a_session_id_read_that_session_alone(namespace: rb.Namespace,
+                                                                    target: list[str]) -> None:
+    queue = f"cli-{uuid.uuid4().hex[:10]}"
+    namespace.create_queue(queue, requires_session=True, enable_partitioning=True)
+    namespace.get_queue_sender(queue).send_messages(
+        [rb.Message(f"{session}-{i}", session_id=session) for i in range(3) for session in ("s1", "s2", "s3")])
+    try:
+        peeks = [json.loads(line) for line in ok(["peek", queue, "--session-id", "s2", "--count", "20", "--json",
+                                                  *target]).splitlines()]
+        receives = [json.loads(line) for line in ok(["receive", queue, "--session-id", "s3", "--wait", "1",
+                                                     "--json", *target]).splitlines()]
+        left = peeked(namespace, queue)
+    finally:
+        namespace.delete_queue(queue)
+    assert sorted(r["body"] for r in peeks) == ["s2-0", "s2-1", "s2-2"]
+    assert sorted(r["body"] for r in receives) == ["s3-0", "s3-1", "s3-2"]
+    assert sorted(str(m) for m in left) == ["s1-0", "s1-1", "s1-2", "s2-0", "s2-1", "s2-2"]
+
+
+@pytest.mark.parametrize("lock_duration", [60, 1], ids=["locks-held", "locks-lapse"])
+def test_receive_no_complete_shows_each_message_once_and_abandons_it_once(namespace: rb.Namespace,
+                                                                        target: list[str], lock_duration: int) -> None:
+    """With locks of 1 s, the messages come back to the waiting receive while the command holds them."""
+    queue = f"cli-{uuid.uuid4().hex[:10]}"
+    namespace.create_queue(queue, enable_partitioning=True, lock_duration=timedelta(seconds=lock_duration))
+    namespace.get_queue_sender(queue).send_messages([rb.Message(f"m{i}") for i in range(3)])
+    try:
+        result = run_cli(["receive", queue, "--no-complete", "--count", "10", "--wait", "3", "--json", *target])
+        left = peeked(namespace, queue)
+    finally:
+        namespace.delete_queue(queue)
+    assert result.returncode == 0, result.stderr
+    records = [json.loads(line) for line in result.stdout.splitlines()]
+    assert sorted(r["body"] for r in records) == ["m0", "m1", "m2"]
+    assert [r["delivery_count"] for r in records] == [1, 1, 1]
+    assert f"received and abandoned 3 message(s) from queue '{queue}'" in result.stderr
+    assert sorted(str(m) for m in left) == ["m0", "m1", "m2"]
+    if lock_duration == 60:
+        assert [m.delivery_count for m in left] == [1, 1, 1]
+
