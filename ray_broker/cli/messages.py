@@ -7,6 +7,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any, Iterable, Iterator, Optional
 
+import click
 import typer
 
 from ..clock import MAX_DURATION_SECONDS
@@ -39,10 +40,12 @@ def send(
     entity: Annotated[str, typer.Argument(metavar="ENTITY", help="A queue or a topic.")],
     namespace: NamespaceOption = DEFAULT_NAMESPACE,
     address: AddressOption = None,
-    body: Annotated[Optional[str], typer.Option("--body", help="The body, as text.  [default: numbered bodies]")] = None,
+    body: Annotated[Optional[str], typer.Option("--body", help="The body, as text.")] = None,
     body_file: Annotated[Optional[str], typer.Option(
         "--body-file", metavar="PATH", help="Read the body from this file ('-': standard input), as bytes.")] = None,
-    count: Annotated[int, typer.Option("--count", min=1, help="Messages to send.")] = 1,
+    count: Annotated[Optional[int], typer.Option(
+        "--count", min=1, help="Messages to send; without --body or --body-file, numbered bodies (`message 0`, ...).  "
+                               "[default: 1]")] = None,
     partition_key: Annotated[Optional[str], typer.Option(help="Partition key (at most 128 characters).")] = None,
     session_id: Annotated[Optional[str], typer.Option(help="Session id (at most 128 characters).")] = None,
     content_type: Annotated[Optional[str], typer.Option(help="Content type, e.g. application/json.")] = None,
@@ -66,6 +69,10 @@ def send(
     fields = dict(partition_key=partition_key, session_id=session_id, content_type=content_type, subject=subject,
                   correlation_id=correlation_id, time_to_live=_time_to_live(ttl),
                   application_properties=parse_properties(properties or []))
+    if body is None and body_file is None and count is None:
+        raise click.UsageError("give --body, --body-file or --count (numbered bodies): a message needs a body",
+                               click.get_current_context(silent=True))
+    count = count or 1
     try:
         messages = [rb.Message(content if content is not None else f"message {i}",
                                message_id=message_id or uuid.uuid4().hex, **fields) for i in range(count)]

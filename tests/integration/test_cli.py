@@ -259,7 +259,8 @@ def test_start_with_other_options_on_a_running_namespace_is_refused(namespace: r
     (["receive", "nosuch"], "error: MessagingEntityNotFoundError: queue 'nosuch' does not exist in namespace"),
     (["peek", "t/subscriptions/s"], "error: MessagingEntityNotFoundError: subscription 't/subscriptions/s' does not"),
     (["queue", "create", "bad name!"], "error: InvalidArgumentError: queue name 'bad name!' is invalid"),
-    (["send", "q", "--partition-key", "k" * 200], "error: InvalidArgumentError: --partition-key is 200 characters"),
+    (["send", "q", "--body", "x", "--partition-key", "k" * 200],
+     "error: InvalidArgumentError: --partition-key is 200 characters"),
     (["status", "-n", "absent-ns"], "error: NamespaceNotRunningError: namespace 'absent-ns' is not running"),
 ])
 def test_bad_input_is_one_error_line(namespace: rb.Namespace, target: list[str], argv: list[str], start: str,

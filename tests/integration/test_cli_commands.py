@@ -217,3 +217,17 @@ def test_receive_no_complete_shows_each_message_once_and_abandons_it_once(namesp
     if lock_duration == 60:
         assert [m.delivery_count for m in left] == [1, 1, 1]
 
+
+def test_send_without_a_body_is_a_usage_error(namespace: rb.Namespace, target: list[str]) -> None:
+    queue = f"cli-{uuid.uuid4().hex[:10]}"
+    namespace.create_queue(queue)
+    try:
+        bare = run_cli(["send", queue, *target])
+        numbered = run_cli(["send", queue, "--count", "2", *target])
+        left = peeked(namespace, queue)
+    finally:
+        namespace.delete_queue(queue)
+    line = one_error_line(bare, 2)
+    assert line.startswith("error: UsageError: give --body, --body-file or --count (numbered bodies)"), line
+    assert numbered.returncode == 0, numbered.stderr
+    assert [str(m) for m in left] == ["message 0", "message 1"]

@@ -161,7 +161,7 @@ def test_bad_input_is_one_line_and_exit_status_1(head: Head) -> None:
         "error: MessageSizeExceededError: a message is 300")
     assert fails(["queue", "create", "bad name!", *shop], head.env).startswith(
         "error: InvalidArgumentError: queue name 'bad name!' is invalid")
-    assert fails(["send", "small", "--partition-key", "k" * 200, *shop], head.env) == (
+    assert fails(["send", "small", "--body", "x", "--partition-key", "k" * 200, *shop], head.env) == (
         "error: InvalidArgumentError: --partition-key is 200 characters long; the limit is 128")
     assert fails(["demo", "--messages", "500"], head.env) == (
         "error: InvalidArgumentError: the demo needs at least 1000 messages, got 500")
