@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime, timedelta
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator, Mapping, Sequence
 
 from . import codec
 from .clock import MAX_DURATION_SECONDS, duration_seconds, to_datetime, to_epoch
@@ -42,6 +42,26 @@ def id_problem(name: str, value: str) -> str | None:
     if len(value) > MAX_ID_LENGTH:
         return f"{name} is {len(value)} characters long; the limit is {MAX_ID_LENGTH}"
     return None
+
+
+AmqpId = str | uuid.UUID | int | bytes
+"""A message or correlation id as AMQP carries it: a string, uuid, ulong or binary."""
+
+
+def id_text(value: AmqpId) -> str:
+    """An AMQP message or correlation id as the broker keys, filters and shows it: a string as it
+    is, a uuid in its hyphenated form, a ulong in decimal, binary as UTF-8 text (its hex digits
+    when it is no UTF-8).
+
+        id_text(uuid.UUID(int=1))  # '00000000-0000-0000-0000-000000000001'
+        id_text(7)                 # '7'
+    """
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            return value.hex()
+    return str(value)
 
 
 def key_conflict(session_id: Any, partition_key: Any) -> str | None:
@@ -122,18 +142,44 @@ def schedule_time_epoch(value: Any, name: str = "scheduled_enqueue_time_utc") ->
 
 class MessageBody(bytes):
     """A message's body: `bytes` in every way but one, iterating it yields the body's data
-    sections (here always one, the whole body), as the SDK's `message.body` does, so SDK code such
-    as `b"".join(message.body)` or `for section in message.body` works unchanged. Index or slice
-    it (or `bytes(body)`) for its bytes.
+    sections, as the SDK's `message.body` does, so SDK code such as `b"".join(message.body)` or
+    `for section in message.body` works unchanged. Index or slice it (or `bytes(body)`) for its
+    bytes, which are its sections joined.
+
+    A body has one section, unless an AMQP sender (through the namespace's AMQP front end) sent
+    several, or none (a message without a body): `sections` gives their lengths then.
 
         body = MessageBody(b"hello")
         assert body == b"hello" and b"".join(body) == b"hello" and list(body) == [b"hello"]
+        parts = MessageBody(b"aabbcc", sections=[2, 2, 2])
+        assert parts == b"aabbcc" and list(parts) == [b"aa", b"bb", b"cc"]
     """
 
-    __slots__ = ()
+    def __new__(cls, data: bytes = b"", sections: Sequence[int] | None = None) -> MessageBody:
+        body = super().__new__(cls, data)
+        if sections is not None:
+            lengths = tuple(int(n) for n in sections)
+            if any(n < 0 for n in lengths) or sum(lengths) != len(body):
+                raise ValueError(f"section lengths {list(lengths)} do not add up to the body's {len(body)} bytes")
+            if len(lengths) != 1:
+                body.__dict__["_sections"] = lengths
+        return body
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return MessageBody, (bytes(self), self.__dict__.get("_sections"))
+
+    @property
+    def section_lengths(self) -> tuple[int, ...]:
+        """The length of each data section, in order (one section, the whole body, unless an AMQP
+        sender sent several or none)."""
+        return self.__dict__.get("_sections", (len(self),))
 
     def __iter__(self) -> Iterator[bytes]:  # type: ignore[override]
-        yield bytes(self)
+        whole = bytes(self)
+        start = 0
+        for length in self.section_lengths:
+            yield whole[start:start + length]
+            start += length
 
 
 def _subject_or_label(subject: str | None, label: str | None) -> str | None:
@@ -273,7 +319,7 @@ class ReceivedMessage:
         wire = codec.unpackb(record["payload"]) if "payload" in record else record
         self._wire: Mapping[str, Any] = wire
         self._record = record
-        self.body: bytes = MessageBody(wire["body"])
+        self.body: bytes = MessageBody(wire["body"], wire.get("body_sections"))
         for name in _HEADER_FIELDS:
             setattr(self, name, wire.get(name))
         self.sequence_number: int = record["sequence_number"]
@@ -300,6 +346,15 @@ class ReceivedMessage:
     def label(self) -> str | None:
         """The SDK's older name for `subject`."""
         return self.subject  # type: ignore[no-any-return]
+
+    def amqp_id(self, name: str) -> AmqpId | None:
+        """`message_id` or `correlation_id` (`name`) with the AMQP type its sender gave it: an AMQP
+        sender may send a uuid, ulong or binary id, which the front end gives back as it came; the
+        attribute itself is always the id's text (see `id_text`), as for every message this client
+        sends."""
+        text = getattr(self, name)
+        typed = (self._wire.get("amqp_ids") or {}).get(name)
+        return typed if typed is not None and id_text(typed) == text else text
 
     @property
     def body_kind(self) -> str:

@@ -8,8 +8,13 @@ goes out again as the same section.
 
 Outbound, a received message carries the annotations the SDKs read (`x-opt-sequence-number`,
 `x-opt-enqueued-time`, `x-opt-locked-until`, ...), its lock token travels as the delivery tag in
-.NET GUID byte order (the SDKs read `uuid.UUID(bytes_le=tag)`), and the header's delivery count is
-the number of earlier deliveries. A message sent without a message id goes out with one, as
+.NET GUID byte order (the SDKs read `uuid.UUID(bytes_le=tag)`) and as the delivery annotation
+`x-opt-lock-token` (an empty delivery-annotations map for a message received and deleted), and the
+header's delivery count is the number of earlier deliveries.
+
+A data body keeps its sections (several, one, or none for a message without a body: the message's
+`body_sections`), and a message or correlation id its AMQP type (uuid, ulong or binary: the
+message's `amqp_ids`; the broker keys, filters and shows the id's text, `message.id_text`). A message sent without a message id goes out with one, as
 Service Bus gives every message an id (the JavaScript SDK keys its lock renewals by it): the hex
 form of its sequence number, the same on every delivery and peek.
 
@@ -25,11 +30,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from proton import symbol, timestamp
+from proton import symbol, timestamp, ulong
 
 from ..errors import InvalidArgumentError
 from ..message import Message as BrokerMessage
-from ..message import ReceivedMessage, envelope_from_wire
+from ..message import ReceivedMessage, envelope_from_wire, id_text
 from .decoding import DescribedValue, Unkept, decode_value
 from .encoding import NULL, described_section, encode_list, encode_map, encode_uint, encode_value
 
@@ -40,6 +45,7 @@ ENQUEUED_SEQUENCE_NUMBER = symbol("x-opt-enqueue-sequence-number")
 ENQUEUED_TIME = symbol("x-opt-enqueued-time")
 LOCKED_UNTIL = symbol("x-opt-locked-until")
 DEAD_LETTER_SOURCE = symbol("x-opt-deadletter-source")
+LOCK_TOKEN = symbol("x-opt-lock-token")
 MESSAGE_STATE = symbol("x-opt-message-state")
 DEAD_LETTER_REASON = "DeadLetterReason"
 DEAD_LETTER_DESCRIPTION = "DeadLetterErrorDescription"
@@ -114,7 +120,9 @@ def wire_envelope(sections: list[Section]) -> dict[str, Any]:
 _PROPERTY_FIELDS = ("message_id", "user_id", "to", "subject", "reply_to", "correlation_id", "content_type",
                     "content_encoding", "absolute_expiry_time", "creation_time", "group_id", "group_sequence",
                     "reply_to_group_id")
-_HEADER, _ANNOTATIONS, _PROPERTIES, _APPLICATION_PROPERTIES = 0x70, 0x72, 0x73, 0x74
+_HEADER, _DELIVERY_ANNOTATIONS, _ANNOTATIONS, _PROPERTIES, _APPLICATION_PROPERTIES = 0x70, 0x71, 0x72, 0x73, 0x74
+AMQP_ID_FIELDS = ("message_id", "correlation_id")
+"""The properties that hold an AMQP id (string, uuid, ulong or binary), given back with its type."""
 
 
 def _listed(sections: list[Section], code: int, names: tuple[str, ...]) -> dict[str, Any]:
@@ -143,13 +151,14 @@ def message_fields(sections: list[Section]) -> dict[str, Any]:
     kind = kinds.pop() if kinds else "data"
     body = b"".join(s.value for s in bodies) if kind == "data" else b"".join(s.raw for s in bodies)
     scheduled = annotations.get(SCHEDULED_ENQUEUE_TIME)
+    ids = {name: properties[name] for name in AMQP_ID_FIELDS if properties[name] is not None}
     try:
         broker = BrokerMessage(
             body,
-            message_id=_text(properties["message_id"]),
+            message_id=_id(ids.get("message_id")),
             session_id=_text(properties["group_id"]),
             partition_key=_text(annotations.get(PARTITION_KEY)),
-            correlation_id=_text(properties["correlation_id"]),
+            correlation_id=_id(ids.get("correlation_id")),
             subject=_text(properties["subject"]),
             to=_text(properties["to"]),
             reply_to=_text(properties["reply_to"]),
@@ -165,7 +174,22 @@ def message_fields(sections: list[Section]) -> dict[str, Any]:
     wire = broker.to_wire()
     if kind != "data":
         wire["body_kind"] = kind
+    elif len(bodies) != 1:
+        wire["body_sections"] = [len(s.value) for s in bodies]
+    typed = {name: value for name, value in ids.items() if not isinstance(value, str)}
+    if typed:
+        wire["amqp_ids"] = typed
     return wire
+
+
+def _id(value: Any) -> str | None:
+    """A message or correlation id (uuid, ulong, binary or string on the wire) as the broker's text."""
+    if value is None:
+        return None
+    if not isinstance(value, (str, bytes, int, uuid.UUID)) or isinstance(value, bool):
+        raise InvalidArgumentError(f"a message or correlation id of type {type(value).__name__} is no AMQP id; "
+                                   "send a string, uuid, ulong or binary id")
+    return id_text(value)
 
 
 def _text(value: Any) -> str | None:
@@ -212,15 +236,21 @@ def lock_token_of_tag(tag: bytes) -> uuid.UUID:
     return uuid.UUID(bytes_le=bytes(tag))
 
 
-def message_id_of(message: ReceivedMessage) -> str:
-    """The message id a received message goes out with: its own, or one made from its sequence number.
+def message_id_of(message: ReceivedMessage) -> Any:
+    """The message id a received message goes out with: its own (with the AMQP type its sender
+    gave it), or one made from its sequence number.
 
     Example:
         message_id_of(message_without_an_id_at_sequence_number_7)  # '00000000000000000000000000000007'
     """
     if message.message_id is not None:
-        return message.message_id
+        return _id_out(message.amqp_id("message_id"))
     return uuid.UUID(int=message.sequence_number).hex
+
+
+def _id_out(value: Any) -> Any:
+    """An id as it is encoded: a ulong id stays a ulong (a Python int goes out as a long)."""
+    return ulong(value) if isinstance(value, int) else value
 
 
 def encode_received(message: ReceivedMessage, *, peeked: bool = False) -> bytes:
@@ -243,7 +273,10 @@ def encode_received(message: ReceivedMessage, *, peeked: bool = False) -> bytes:
         annotations[SCHEDULED_ENQUEUE_TIME] = message.scheduled_enqueue_time_utc
     if message.dead_letter_source is not None:
         annotations[DEAD_LETTER_SOURCE] = message.dead_letter_source
-    sections = [_header(count, message.time_to_live), described_section(_ANNOTATIONS, encode_map(annotations))]
+    sections = [_header(count, message.time_to_live)]
+    if not peeked:
+        sections.append(described_section(_DELIVERY_ANNOTATIONS, encode_map(_delivery_annotations(message))))
+    sections.append(described_section(_ANNOTATIONS, encode_map(annotations)))
     properties = _properties_out(message)
     if properties:
         sections.append(described_section(_PROPERTIES, encode_list(properties)))
@@ -254,15 +287,24 @@ def encode_received(message: ReceivedMessage, *, peeked: bool = False) -> bytes:
         application[DEAD_LETTER_DESCRIPTION] = message.dead_letter_error_description
     if application:
         sections.append(described_section(_APPLICATION_PROPERTIES, encode_map(application)))
-    body = bytes(message.body)
-    sections.append(described_section(_DATA, encode_value(body)) if message.body_kind == "data" else body)
+    if message.body_kind == "data":
+        sections.extend(described_section(_DATA, encode_value(section)) for section in message.body)
+    else:
+        sections.append(bytes(message.body))
     return b"".join(sections)
+
+
+def _delivery_annotations(message: ReceivedMessage) -> dict[symbol, Any]:
+    """The delivery annotations of a delivered message, as Service Bus sends them: its lock token
+    (`x-opt-lock-token`, besides the delivery tag) when it is locked, else none (an empty map)."""
+    return {} if message.lock_token is None else {LOCK_TOKEN: message.lock_token}
 
 
 def _properties_out(message: ReceivedMessage) -> list[Any]:
     """The fields of a message's properties section, without the trailing empty ones."""
     expires = message.expires_at_utc
-    fields = [message_id_of(message), None, message.to, message.subject, message.reply_to, message.correlation_id,
+    fields = [message_id_of(message), None, message.to, message.subject, message.reply_to,
+              _id_out(message.amqp_id("correlation_id")),
               None if message.content_type is None else symbol(message.content_type), None,
               expires if expires is not None and expires.year < 9999 else None, None, message.session_id, None,
               message.reply_to_session_id]

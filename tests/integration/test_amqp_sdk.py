@@ -498,3 +498,57 @@ def test_a_front_end_whose_process_dies_is_restarted_and_listens_again(amqp_name
             time.sleep(0.5)
     assert [str(m) for m in got] == ["sent before the crash"], failures
     assert_emptied(amqp_namespace, queue)
+
+
+def test_ids_keep_their_amqp_type_through_receive_peek_deferral_and_scheduling(amqp_namespace: rb.Namespace,
+                                                                              conn_str: str) -> None:
+    queue = f"q-{uuid.uuid4().hex[:10]}"
+    amqp_namespace.create_queue(queue, requires_duplicate_detection=True)
+    ids = [uuid.uuid4(), 42, b"binary-id", "text-id"]
+    try:
+        with ServiceBusClient.from_connection_string(conn_str) as client:
+            with client.get_queue_sender(queue) as sender:
+                for i in ids:
+                    sender.send_messages(ServiceBusMessage(repr(i), message_id=i, correlation_id=i))
+                sender.send_messages(ServiceBusMessage("again", message_id=ids[0]))  # a duplicate by its uuid
+                [scheduled] = sender.schedule_messages(ServiceBusMessage("later", message_id=uuid.UUID(int=9)),
+                                                       datetime.now(timezone.utc) + timedelta(hours=1))
+            expected = [i.decode() if isinstance(i, bytes) else i for i in ids]  # the SDK decodes binary ids
+            with client.get_queue_receiver(queue, max_wait_time=WAIT_S) as receiver:
+                peeked = receiver.peek_messages(max_message_count=10)
+                assert [m.message_id for m in peeked] == expected + [uuid.UUID(int=9)]
+                assert [m.correlation_id for m in peeked[:4]] == expected
+                assert peeked[-1].sequence_number == scheduled
+                got = sorted(receive(receiver, 4), key=lambda m: m.sequence_number)
+                assert [m.message_id for m in got] == [m.correlation_id for m in got] == expected
+                assert [type(m.raw_amqp_message.properties.message_id) for m in got] == [uuid.UUID, int, bytes, bytes]
+                receiver.defer_message(got[0])
+                for message in got[1:]:
+                    receiver.complete_message(message)
+                [deferred] = receiver.receive_deferred_messages([got[0].sequence_number])
+                assert deferred.message_id == ids[0]
+                receiver.complete_message(deferred)
+            with client.get_queue_sender(queue) as sender:
+                sender.cancel_scheduled_messages(scheduled)
+        assert_emptied(amqp_namespace, queue)
+    finally:
+        amqp_namespace.delete_queue(queue)
+
+
+def test_delivery_annotations_data_sections_and_no_body_as_service_bus_sends_them(conn_str: str, queue: str) -> None:
+    with ServiceBusClient.from_connection_string(conn_str) as client:
+        with client.get_queue_sender(queue) as sender:
+            sender.send_messages(AmqpAnnotatedMessage(data_body=[b"aa", b"bb", b"cc"]))
+            sender.send_messages(ServiceBusMessage(None))
+            sender.send_messages(ServiceBusMessage("deleted"))
+        with client.get_queue_receiver(queue, max_wait_time=WAIT_S) as receiver:
+            sections, empty = receive(receiver, 2)
+            assert list(sections.body) == [b"aa", b"bb", b"cc"]
+            assert empty.body is None
+            for message in (sections, empty):
+                assert message.raw_amqp_message.delivery_annotations[b"x-opt-lock-token"] == message.lock_token
+                receiver.complete_message(message)
+        with client.get_queue_receiver(queue, receive_mode=ServiceBusReceiveMode.RECEIVE_AND_DELETE,
+                                       max_wait_time=WAIT_S) as receiver:
+            [deleted] = receive(receiver, 1)
+            assert str(deleted) == "deleted" and deleted.raw_amqp_message.delivery_annotations == {}

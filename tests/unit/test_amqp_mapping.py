@@ -15,7 +15,7 @@ from azure.servicebus._transport._pyamqp_transport import PyamqpTransport
 from azure.servicebus.amqp import AmqpAnnotatedMessage
 
 from ray_broker import codec
-from ray_broker.amqp.mapping import decode_transfer, delivery_tag, encode_received, lock_token_of_tag
+from ray_broker.amqp.mapping import decode_transfer, delivery_tag, encode_received, lock_token_of_tag, split_sections
 from ray_broker.errors import InvalidArgumentError
 from ray_broker.message import ReceivedMessage
 
@@ -138,3 +138,63 @@ def test_the_delivery_tag_is_the_lock_token_in_dotnet_byte_order() -> None:
     message = received({"body": b"x"})
     tag = delivery_tag(message)
     assert uuid.UUID(bytes_le=tag) == message.lock_token == lock_token_of_tag(tag)
+
+
+@pytest.mark.parametrize("sent, text", [
+    (uuid.UUID(int=(1 << 100) + 5), str(uuid.UUID(int=(1 << 100) + 5))), (7, "7"), ((1 << 64) - 1, str((1 << 64) - 1)),
+    (b"bin-id", "bin-id"), (b"\xff\x00", "ff00"), ("text-id", "text-id"),
+], ids=["uuid", "ulong", "largest-ulong", "binary", "binary-not-utf8", "string"])
+def test_message_and_correlation_ids_keep_their_amqp_type(sent: Any, text: str) -> None:
+    [envelope] = decode_transfer(sdk_payload(ServiceBusMessage("x", message_id=sent, correlation_id=sent)))
+    wire = fields(envelope)
+    assert envelope["message_id"] == wire["message_id"] == wire["correlation_id"] == text  # duplicate detection's key
+    message = received(wire)
+    assert message.message_id == message.correlation_id == text  # the Python client sees the text
+    assert message.amqp_id("message_id") == message.amqp_id("correlation_id") == sent
+    for peeked in (False, True):
+        out = decode_payload(memoryview(encode_received(message, peeked=peeked))).properties
+        expected = sent.encode() if isinstance(sent, str) else sent  # the SDK decodes a string id as bytes
+        assert (out.message_id, out.correlation_id) == (expected, expected)
+        assert type(out.message_id) is type(expected)
+    [properties] = [s for s in split_sections(encode_received(message)) if s.code == 0x73]
+    assert properties.raw[3] == 0xC0 and properties.raw[6] == {uuid.UUID: 0x98, int: 0x80, bytes: 0xA0, str: 0xA1}[
+        type(sent)], "the id goes out with its AMQP type code"
+
+
+def test_ulong_ids_go_out_as_ulong() -> None:
+    [envelope] = decode_transfer(sdk_payload(ServiceBusMessage("x", message_id=5)))
+    [properties] = [s for s in split_sections(encode_received(received(fields(envelope)))) if s.code == 0x73]
+    assert properties.raw[3] == 0xC0 and properties.raw[6:15] == b"\x80" + (5).to_bytes(8, "big")  # ulong, not long
+
+
+def test_a_rule_action_that_sets_the_message_id_wins_over_its_amqp_type() -> None:
+    [envelope] = decode_transfer(sdk_payload(ServiceBusMessage("x", message_id=uuid.UUID(int=1))))
+    wire = dict(fields(envelope), message_id="set-by-a-rule")
+    assert received(wire).amqp_id("message_id") == "set-by-a-rule"
+
+
+@pytest.mark.parametrize("data_body", [[b"aa", b"bb", b"cc"], [b"", b"x"], [b"one"], [b""]])
+def test_data_sections_are_kept(data_body: list[bytes]) -> None:
+    [envelope] = decode_transfer(sdk_payload(AmqpAnnotatedMessage(data_body=data_body)))
+    wire = fields(envelope)
+    message = received(wire)
+    assert message.body == b"".join(data_body) and list(message.body) == data_body
+    assert decode_payload(memoryview(encode_received(message))).data == data_body
+
+
+def test_a_message_without_a_body_comes_back_without_one() -> None:
+    [envelope] = decode_transfer(sdk_payload(ServiceBusMessage(None)))
+    message = received(fields(envelope))
+    assert message.body == b"" and list(message.body) == []
+    out = decode_payload(memoryview(encode_received(message)))
+    assert out.data is None and out.value is None and out.sequence is None
+    assert not [s for s in split_sections(encode_received(message)) if s.code in (0x75, 0x76, 0x77)]
+
+
+def test_delivery_annotations_carry_the_lock_token_of_a_locked_message_only() -> None:
+    locked = received({"body": b"x"})
+    out = decode_payload(memoryview(encode_received(locked)))
+    assert out.delivery_annotations == {b"x-opt-lock-token": locked.lock_token}
+    deleted = received({"body": b"x"}, lock_token=None)  # received and deleted: no lock
+    assert decode_payload(memoryview(encode_received(deleted))).delivery_annotations == {}
+    assert decode_payload(memoryview(encode_received(locked, peeked=True))).delivery_annotations is None

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ray_broker import Message, ReceivedMessage, codec
+from ray_broker import Message, MessageBody, ReceivedMessage, codec
 from ray_broker.clock import to_datetime
 from ray_broker.errors import InvalidArgumentError, InvalidOperationError
 
@@ -33,6 +33,21 @@ def test_a_body_is_bytes_that_iterate_as_their_one_data_section_as_in_the_sdk() 
         assert body.decode() == "grüße" and body[:2] == b"gr" and bytes(body) == "grüße".encode()
     assert str(received) == "grüße"
     assert codec.unpackb(codec.packb({"b": received.body})) == {"b": "grüße".encode()}
+
+
+def test_a_body_of_several_sections_or_none_iterates_as_them_and_pickles() -> None:
+    import pickle
+
+    for lengths, sections in (([2, 2, 2], [b"aa", b"bb", b"cc"]), ([], []), (None, [b"aabbcc"[:0]])):
+        data = b"".join(sections)
+        body = MessageBody(data, lengths)
+        assert body == data and list(body) == sections and list(body) == sections  # iterates more than once
+        again = pickle.loads(pickle.dumps(body))
+        assert type(again) is MessageBody and list(again) == sections
+    received = ReceivedMessage({"payload": codec.packb({"body": b"aabb", "body_sections": [2, 2]}), "sequence_number": 1})
+    assert received.body == b"aabb" and list(received.body) == [b"aa", b"bb"]
+    with pytest.raises(ValueError, match="do not add up"):
+        MessageBody(b"abc", [1, 1])
 
 
 def test_label_is_the_sdks_older_name_for_subject() -> None:
