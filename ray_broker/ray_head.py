@@ -23,6 +23,9 @@ from .errors import ServiceBusError
 
 START_TIMEOUT_S = 90.0
 STOP_TIMEOUT_S = 30.0
+SIGNAL_CHECK_ENV = "RAY_get_check_signal_interval_milliseconds"
+"""How often a Ray process waiting on the cluster looks for signals (Ctrl-C): the command line
+sets it for its own process (`cli.app`); the head it starts keeps Ray's default."""
 
 
 class RayHeadError(ServiceBusError):
@@ -81,9 +84,10 @@ def start_head(port: int | None, address_of_head: Callable[[], str | None]) -> S
         command.append(f"--port={port}")
     log = _log_path()
     log.parent.mkdir(parents=True, exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if k != SIGNAL_CHECK_ENV}
     with open(log, "wb") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                   start_new_session=True)
+                                   start_new_session=True, env=env)
     deadline = time.monotonic() + START_TIMEOUT_S
     while True:
         if process.poll() is not None:

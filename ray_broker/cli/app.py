@@ -3,9 +3,15 @@
 Every failure ends the run with one line on standard error, `error: <ErrorType>: <what went wrong
 and what to do>`, and a non-zero status: 1 when the broker or the cluster refused or failed, 2
 when the command line does not parse, 130 when interrupted. `--debug` adds the traceback.
+
+Run as the program, Ctrl-C ends a command at once: Ray looks for signals during a wait every
+`SIGNAL_CHECK_MS` (not every second), and an interrupted run ends the process without Ray's orderly
+disconnect (a second or more), as a killed driver would; the command has released what it held by
+then, and the cluster releases whatever a vanished driver held.
 """
 from __future__ import annotations
 
+import os
 import sys
 import traceback
 from dataclasses import dataclass
@@ -14,6 +20,7 @@ from typing import Annotated, Sequence
 
 import typer
 
+from ..ray_head import SIGNAL_CHECK_ENV
 from . import entities, keys, messages, namespaces, tools
 from .failures import error_line, exit_code, is_help_shown
 from .quiet import quiet_ray
@@ -21,6 +28,9 @@ from .quiet import quiet_ray
 PROG = "ray-broker"
 INTERRUPTED = 130
 """The exit status of a run that Ctrl-C interrupted."""
+SIGNAL_CHECK_MS = 50
+"""How often Ray, waiting on the cluster for the program, looks whether Ctrl-C was pressed (Ray's
+default: every second)."""
 
 
 @dataclass
@@ -79,7 +89,11 @@ app.command(add_help_option=False, context_settings={"allow_extra_args": True, "
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run `ray-broker` with `argv` (default: the process's arguments); returns the exit status."""
+    """Run `ray-broker` with `argv` (default: the process's arguments, as the program); returns the
+    exit status. Run as the program, an interrupted run ends the process at once with status 130."""
+    as_program = argv is None
+    if as_program:
+        os.environ.setdefault(SIGNAL_CHECK_ENV, str(SIGNAL_CHECK_MS))
     arguments = list(sys.argv[1:] if argv is None else argv)
     settings.debug = False
     command = typer.main.get_command(app)
@@ -87,12 +101,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         with quiet_ray():
             status = command.main(args=arguments, prog_name=PROG, standalone_mode=False)
         if status == INTERRUPTED:  # typer's answer to Ctrl-C during a command
-            return _interrupted()
+            return _interrupted(as_program)
         return int(status or 0)
     except typer.Exit as exc:
         return int(exc.exit_code)
     except (KeyboardInterrupt, typer.Abort):
-        return _interrupted()
+        return _interrupted(as_program)
     except Exception as exc:  # noqa: BLE001 - every failure ends as one line and an exit status
         if settings.debug:
             traceback.print_exc()
@@ -101,7 +115,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exit_code(exc)
 
 
-def _interrupted() -> int:
-    """End a run that Ctrl-C interrupted: one line, status 130."""
+def _interrupted(as_program: bool) -> int:
+    """End a run that Ctrl-C interrupted: one line, status 130; run as the program, the process
+    ends here, without the at-exit work (Ray's disconnect) that would hold it up."""
     print("error: interrupted", file=sys.stderr)
+    if as_program:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(INTERRUPTED)
     return INTERRUPTED
