@@ -7,7 +7,6 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any, Iterable, Iterator, Optional
 
-import click
 import typer
 
 from ..clock import MAX_DURATION_SECONDS
@@ -37,6 +36,7 @@ SessionId = Annotated[Optional[str], typer.Option(
 
 
 def send(
+    ctx: typer.Context,
     entity: Annotated[str, typer.Argument(metavar="ENTITY", help="A queue or a topic.")],
     namespace: NamespaceOption = DEFAULT_NAMESPACE,
     address: AddressOption = None,
@@ -70,8 +70,7 @@ def send(
                   correlation_id=correlation_id, time_to_live=_time_to_live(ttl),
                   application_properties=parse_properties(properties or []))
     if body is None and body_file is None and count is None:
-        raise click.UsageError("give --body, --body-file or --count (numbered bodies): a message needs a body",
-                               click.get_current_context(silent=True))
+        ctx.fail("give --body, --body-file or --count (numbered bodies): a message needs a body")
     count = count or 1
     try:
         messages = [rb.Message(content if content is not None else f"message {i}",

@@ -228,6 +228,7 @@ def test_send_without_a_body_is_a_usage_error(namespace: rb.Namespace, target: l
     finally:
         namespace.delete_queue(queue)
     line = one_error_line(bare, 2)
-    assert line.startswith("error: UsageError: give --body, --body-file or --count (numbered bodies)"), line
+    assert line == ("error: UsageError: give --body, --body-file or --count (numbered bodies): a message needs a "
+                    "body (see `ray-broker send --help`)")
     assert numbered.returncode == 0, numbered.stderr
     assert [str(m) for m in left] == ["message 0", "message 1"]
