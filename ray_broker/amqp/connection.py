@@ -3,7 +3,10 @@
 Bytes from the socket go into a `proton.Transport`, the engine's events come out of a
 `proton.Collector`, and what the engine has to say goes back to the socket; no proton reactor or
 thread is involved. Every broker call goes through the namespace's async client (`ray_broker.aio`:
-the same routing as any Python client), so the rules live in one place.
+the same routing as any Python client), so the rules live in one place. Between the socket and
+proton, `frames.py` puts the client's transfers in the delivery-id order proton insists on (the
+SDKs' threads and async client do not keep it; Service Bus does not ask them to) and gives the
+errors proton closes with the info field the SDKs read.
 
 What a connection serves:
 - `$cbs`: `put-token` with a SAS token, checked (signature, expiry, audience) against the
@@ -56,6 +59,7 @@ from ..errors import (
 from ..protocol import NEXT_AVAILABLE_SESSION, ReceiveMode
 from ..sku import get_sku
 from .conditions import error_condition
+from .frames import FrameMender
 from .limits import ConnectionLimits, limits_for
 from .management import ManagementNode
 from .mapping import decode_transfer, delivery_tag, encode_received
@@ -129,6 +133,8 @@ class AmqpConnection:
         self._collector = Collector()
         self.connection.collect(self._collector)
         self.transport.bind(self.connection)
+        self._frames = FrameMender()
+        """Renumbers the client's transfers for proton and completes the errors proton sends."""
         self._claims: list[Claim] = []
         self._senders: dict[Link, tuple[Sender, asyncio.Lock]] = {}
         self._receivers: dict[Link, ReceiveLink] = {}
@@ -174,6 +180,7 @@ class AmqpConnection:
     def _push(self, data: bytes) -> None:
         """Feed bytes read from the socket to the engine, handling its events after each piece it
         takes (and after bytes it refuses, which close the connection)."""
+        data = self._frames.inbound(data)
         while data and not self._closed:
             room = self.transport.capacity()
             if room <= 0:
@@ -207,7 +214,7 @@ class AmqpConnection:
                 break
             if pending == 0:
                 break
-            self._writer.write(bytes(self.transport.peek(pending)))
+            self._writer.write(self._frames.outbound(bytes(self.transport.peek(pending))))
             self.transport.pop(pending)
 
     def spawn(self, work: Any) -> None:

@@ -79,9 +79,14 @@ def encode_map(entries: dict[Any, Any]) -> bytes:
 
 def encode_list(values: list[Any]) -> bytes:
     """An AMQP list (`list0` when empty)."""
-    if not values:
+    return encoded_list([encode_value(v) for v in values])
+
+
+def encoded_list(items: list[bytes]) -> bytes:
+    """An AMQP list of elements already encoded (`list0` when empty)."""
+    if not items:
         return b"\x45"
-    return _compound(0xC0, 0xD0, len(values), b"".join(encode_value(v) for v in values))
+    return _compound(0xC0, 0xD0, len(items), b"".join(items))
 
 
 def described_section(code: int, encoded_value: bytes) -> bytes:

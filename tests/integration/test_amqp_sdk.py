@@ -552,3 +552,47 @@ def test_delivery_annotations_data_sections_and_no_body_as_service_bus_sends_the
                                        max_wait_time=WAIT_S) as receiver:
             [deleted] = receive(receiver, 1)
             assert str(deleted) == "deleted" and deleted.raw_amqp_message.delivery_annotations == {}
+
+
+def test_management_requests_from_many_threads_at_once_share_one_connection(conn_str: str, queue: str) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from azure.servicebus import AutoLockRenewer
+
+    with ServiceBusClient.from_connection_string(conn_str) as client:
+        with client.get_queue_sender(queue) as sender:
+            sender.send_messages([ServiceBusMessage(f"m{i}") for i in range(10)])
+        with client.get_queue_receiver(queue, max_wait_time=WAIT_S) as receiver:
+            with ThreadPoolExecutor(10) as pool:  # the SDK's threads put their transfers out of delivery-id order
+                peeks = list(pool.map(lambda _: receiver.peek_messages(max_message_count=10, sequence_number=1),
+                                      range(10)))
+            assert [len(p) for p in peeks] == [10] * 10
+            messages = receive(receiver, 10)
+            with ThreadPoolExecutor(10) as pool:
+                renewed = list(pool.map(receiver.renew_message_lock, messages))
+            assert all(r > datetime.now(timezone.utc) for r in renewed)
+            renewer = AutoLockRenewer(max_workers=10)
+            for message in messages:
+                renewer.register(receiver, message, max_lock_renewal_duration=30)
+            time.sleep(1)
+            renewer.close()
+            for message in messages:
+                receiver.complete_message(message)
+
+
+async def test_the_async_sdk_gathers_management_requests_on_one_connection(conn_str: str, queue: str) -> None:
+    import asyncio
+
+    async with AsyncServiceBusClient.from_connection_string(conn_str) as client:
+        async with client.get_queue_sender(queue) as sender:
+            await sender.send_messages([ServiceBusMessage(f"m{i}") for i in range(3)])
+        async with client.get_queue_receiver(queue, max_wait_time=WAIT_S) as receiver:
+            peeks = await asyncio.gather(*(receiver.peek_messages(max_message_count=3, sequence_number=1)
+                                           for _ in range(10)))
+            assert [len(p) for p in peeks] == [3] * 10
+            got: list = []
+            while len(got) < 3:
+                got.extend(await receiver.receive_messages(max_message_count=3 - len(got), max_wait_time=WAIT_S))
+            await asyncio.gather(*(receiver.renew_message_lock(m) for m in got))
+            for message in got:
+                await receiver.complete_message(message)
