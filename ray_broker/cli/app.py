@@ -16,7 +16,7 @@ import sys
 import traceback
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
-from typing import Annotated, Sequence
+from typing import Annotated, Any, Sequence
 
 import typer
 
@@ -97,6 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
     settings.debug = False
     command = typer.main.get_command(app)
+    _untyped_flags(command, typer.Context(command, info_name=PROG, help_option_names=["-h", "--help"]))
     try:
         with quiet_ray():
             status = command.main(args=arguments, prog_name=PROG, standalone_mode=False)
@@ -113,6 +114,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not is_help_shown(exc):
             print(error_line(exc), file=sys.stderr)
         return exit_code(exc)
+
+
+def _untyped_flags(command: Any, ctx: typer.Context) -> None:
+    """Show no value type after a flag in the help of `command` and its subcommands (typer shows
+    `<bool>`, as if a flag took a value)."""
+    for param in command.get_params(ctx):
+        if getattr(param, "is_flag", False) and param.metavar is None:
+            param.metavar = ""
+    for name, sub in getattr(command, "commands", {}).items():
+        _untyped_flags(sub, typer.Context(sub, info_name=name, parent=ctx))
 
 
 def _interrupted(as_program: bool) -> int:

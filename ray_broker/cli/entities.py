@@ -70,6 +70,13 @@ def _shown(value: Any) -> Any:
     return value
 
 
+def created(what: str, properties: Any) -> str:
+    """The line that reports an entity created: with its fixed options in brackets, when it has any
+    (`queue 'orders' created (partitioned,sessions)`)."""
+    fixed = flags(properties)
+    return f"{what} created" + (f" ({fixed})" if fixed != "-" else "")
+
+
 def _record(properties: Any, runtime: Any) -> dict[str, Any]:
     """An entity as `--json` prints it: its settings, and its counts under "runtime"."""
     return {**output.plain(properties), "runtime": output.plain(runtime)}
@@ -128,7 +135,7 @@ def queue_create(name: QueueName, namespace: NamespaceOption = DEFAULT_NAMESPACE
                             lock_duration=timedelta(seconds=lock_duration), max_delivery_count=max_delivery_count,
                             default_message_time_to_live=_seconds(ttl),
                             dead_lettering_on_message_expiration=dead_letter_expired, forward_to=forward_to)
-    output.out(f"queue {queue.name!r} created ({flags(queue)})")
+    output.out(created(f"queue {queue.name!r}", queue))
 
 
 @queue_app.command("delete")
@@ -178,7 +185,7 @@ def topic_create(name: TopicName, namespace: NamespaceOption = DEFAULT_NAMESPACE
     topic = ns.create_topic(name, enable_partitioning=partitioned, requires_duplicate_detection=duplicate_detection,
                             duplicate_detection_history_time_window=timedelta(seconds=duplicate_window),
                             default_message_time_to_live=_seconds(ttl))
-    output.out(f"topic {topic.name!r} created ({flags(topic)})")
+    output.out(created(f"topic {topic.name!r}", topic))
 
 
 @topic_app.command("delete")
@@ -236,7 +243,7 @@ def subscription_create(topic: TopicName, name: SubscriptionName, namespace: Nam
                                  max_delivery_count=max_delivery_count, default_message_time_to_live=_seconds(ttl),
                                  dead_lettering_on_message_expiration=dead_letter_expired, forward_to=forward_to,
                                  rule=None if sql_filter is None else rb.SqlFilter(sql_filter))
-    output.out(f"subscription {sub.name!r} of topic {topic!r} created ({flags(sub)})")
+    output.out(created(f"subscription {sub.name!r} of topic {topic!r}", sub))
 
 
 @subscription_app.command("delete")

@@ -232,3 +232,27 @@ def test_send_without_a_body_is_a_usage_error(namespace: rb.Namespace, target: l
                     "body (see `ray-broker send --help`)")
     assert numbered.returncode == 0, numbered.stderr
     assert [str(m) for m in left] == ["message 0", "message 1"]
+
+
+def test_create_names_the_fixed_options_only_when_there_are_some(namespace: rb.Namespace, target: list[str]) -> None:
+    plain, fixed, topic = (f"cli-{uuid.uuid4().hex[:10]}" for _ in range(3))
+    try:
+        lines = [ok(["queue", "create", plain, *target]), ok(["queue", "create", fixed, "--partitioned", "--sessions",
+                                                              *target]),
+                 ok(["topic", "create", topic, *target]), ok(["subscription", "create", topic, "all", *target]),
+                 ok(["subscription", "create", topic, "chats", "--sessions", *target])]
+    finally:
+        for queue in (plain, fixed):
+            namespace.delete_queue(queue)
+        namespace.delete_topic(topic)
+    assert lines == [f"queue '{plain}' created\n", f"queue '{fixed}' created (partitioned,sessions)\n",
+                     f"topic '{topic}' created\n", f"subscription 'all' of topic '{topic}' created\n",
+                     f"subscription 'chats' of topic '{topic}' created (sessions)\n"]
+
+
+@pytest.mark.parametrize("command", [[], ["start"], ["queue", "create"], ["receive"], ["queue"]],
+                         ids=["ray-broker", "start", "queue-create", "receive", "queue"])
+def test_help_shows_no_value_type_after_a_flag(command: list[str]) -> None:
+    shown = ok([*command, "--help"])
+    assert "--help" in shown and "<bool>" not in shown, shown
+    assert "<str>" in shown or not command or command == ["queue"], "options that take a value keep their type"
