@@ -57,6 +57,8 @@ class AmqpFrontend:
     def __init__(self, config: dict[str, Any]) -> None:
         self._config = NamespaceConfig(**config)
         self._listeners: list[SniffingListener] = []
+        self._locks: Any = None
+        """The message locks of every AMQP connection (`ray_broker.amqp.locks.HeldLocks`)."""
         self._starting = asyncio.Lock()
         self._port = 0
         if ray.get_runtime_context().was_current_actor_reconstructed:
@@ -100,8 +102,11 @@ class AmqpFrontend:
         from ray_broker.management_http.service import ManagementService
         from ray_broker.management_http.sniff import WireProtocol
 
+        from ray_broker.amqp.locks import HeldLocks
+
         config = self._config
         namespace = Namespace(config)
+        self._locks = HeldLocks()
         names = (socket.gethostname(), ray.util.get_node_ip_address())
         tls = server_context(*ensure_certificate(certificate_dir(config.name, config.data_dir), config.name, names))
         service = ManagementService(namespace, namespace.list_shared_access_keys,
@@ -163,7 +168,8 @@ class AmqpFrontend:
         from ray_broker.amqp.connection import AmqpConnection  # python-qpid-proton: the `amqp` extra
 
         try:
-            await AmqpConnection(reader, writer, namespace, namespace.list_shared_access_keys).serve()
+            await AmqpConnection(reader, writer, namespace, namespace.list_shared_access_keys,
+                                 locks=self._locks).serve()
         except Exception:  # noqa: BLE001 - one connection's failure never stops the server
             logger.exception("AMQP front end: a connection failed")
 

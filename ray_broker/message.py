@@ -432,6 +432,13 @@ class ReceivedMessage:
         """`locked_until_utc` in epoch seconds."""
         return self._locked_until
 
+    def bound_to(self, receiver_key: str) -> ReceivedMessage:
+        """This message, unsettled and with its lock as it is now, as received by the receiver
+        `receiver_key` (a lock token is its entity's: any receiver of the entity may settle it)."""
+        copy = ReceivedMessage(self._record, receiver_key=receiver_key)
+        copy._locked_until, copy._locked_until_utc = self._locked_until, self._locked_until_utc
+        return copy
+
     def __repr__(self) -> str:
         return (
             f"ReceivedMessage(sequence_number={self.sequence_number}, message_id={self.message_id!r}, "

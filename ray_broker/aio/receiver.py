@@ -61,6 +61,17 @@ class Receiver(ReceiverBase, Closing):
         self._session_handle = None if target.session_id is None else ReceiverSession(self)
         self._flushes: set[asyncio.Task[None]] = set()
 
+    @property
+    def closed(self) -> bool:
+        """Whether the receiver was closed."""
+        return self._closed
+
+    def adopt(self, message: ReceivedMessage) -> ReceivedMessage:
+        """`message`, locked by another receiver of this receiver's entity, as this receiver's: it
+        settles and renews here by its lock token, as Service Bus takes a lock token on any
+        receiver of the entity (used by the AMQP front end's `$management` node)."""
+        return message.bound_to(self._key)
+
     async def _run(self, flow: Flow[T]) -> T:
         """Run one of the receiver's flows, one at a time (buffered settlements go out in order)."""
         async with self._flush_lock:

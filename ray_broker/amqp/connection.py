@@ -61,6 +61,7 @@ from ..sku import get_sku
 from .conditions import error_condition
 from .frames import FrameMender
 from .limits import ConnectionLimits, limits_for
+from .locks import HeldLocks
 from .management import ManagementNode
 from .mapping import decode_transfer, delivery_tag, encode_received
 from .outcomes import dead_letter_reason, settle_action
@@ -94,9 +95,11 @@ class ReceiveLink:
     """A link the client receives on: its broker receiver, the credit loop and the deliveries it
     has out (lock token -> message)."""
 
-    def __init__(self, link: Link, receiver: Receiver, settled: bool) -> None:
+    def __init__(self, link: Link, receiver: Receiver, settled: bool, path: str) -> None:
         self.link = link
         self.receiver = receiver
+        self.path = path
+        """The entity path it receives from (where its lock tokens are good)."""
         self.settled = settled
         self.credit = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
@@ -114,11 +117,12 @@ class AmqpConnection:
         keys: gives the namespace's shared access keys (tokens are checked against them).
         clock: epoch seconds now (token expiry).
         limits: frame size, message size and idle timeout (default: those of the namespace's tier).
+        locks: the message locks of every connection of the front end (default: this connection's own).
     """
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, namespace: Namespace,
                  keys: Callable[[], Awaitable[Iterable[SasKey]]], clock: Callable[[], float] = time.time,
-                 limits: ConnectionLimits | None = None) -> None:
+                 limits: ConnectionLimits | None = None, locks: HeldLocks[Receiver] | None = None) -> None:
         self._reader = reader
         self._writer = writer
         self.namespace = namespace
@@ -144,8 +148,8 @@ class AmqpConnection:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._outcomes: list[tuple[ReceiveLink, Delivery]] = []
         """Dispositions of received messages that arrived in this pass over the engine's events."""
-        self.locked: dict[uuid.UUID, tuple[Receiver, ReceivedMessage]] = {}
-        """Messages this connection's receivers hold locks on, by lock token (for `$management`)."""
+        self.locks: HeldLocks[Receiver] = HeldLocks() if locks is None else locks
+        """The messages the front end's receivers hold locks on, by lock token (for `$management`)."""
         self._closed = False
         self._next_tick = 0.0
         """When the engine next wants to run its timers (monotonic seconds), 0 for never."""
@@ -361,7 +365,7 @@ class AmqpConnection:
             link.source.filter.clear()
             link.source.filter.put_dict({SESSION_FILTER: receiver.session.session_id})
             link.properties = {SESSION_LOCKED_UNTIL: dotnet_ticks(receiver.session.locked_until_utc)}
-        state = ReceiveLink(link, receiver, settled)
+        state = ReceiveLink(link, receiver, settled, target.receive_path)
         self._receivers[link] = state
         state.task = asyncio.ensure_future(self._receive_loop(state))
 
@@ -564,8 +568,7 @@ class AmqpConnection:
             delivery.settle()
             return
         state.unsettled[delivery] = message
-        if message.lock_token is not None:
-            self.locked[message.lock_token] = (state.receiver, message)
+        self.locks.hold(state.path, state.receiver, message)
 
     async def _settle_outcomes(self, outcomes: list[tuple[ReceiveLink, Delivery]]) -> None:
         """Settle delivered messages as the client's dispositions say, in the order they came,
@@ -601,8 +604,7 @@ class AmqpConnection:
                      description: str | None = None, *, confirm: bool = True) -> None:
         """Settle a locked message (complete, abandon, defer, release or dead_letter) through its receiver;
         with `confirm`, wait until the broker has applied it (its errors raised)."""
-        if message.lock_token is not None:
-            self.locked.pop(message.lock_token, None)
+        self.locks.drop(message.lock_token)
         if action == "complete":
             await receiver.complete_message(message)
         elif action == "abandon":

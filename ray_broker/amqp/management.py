@@ -3,11 +3,12 @@ Azure SDKs send there, answered through the namespace's async client.
 
 Operations (`operation` application property; request and response bodies are AMQP maps):
 - `com.microsoft:peek-message` (`from-sequence-number`, `message-count`) -> `messages`; 204 when none;
-- `com.microsoft:renew-lock` (`lock-tokens`) -> `expirations`, for locks this connection holds;
+- `com.microsoft:renew-lock` (`lock-tokens`) -> `expirations`, for locks any receiver of the entity
+  on the front end holds (on this connection or another, its link open or closed);
 - `com.microsoft:receive-by-sequence-number` (`sequence-numbers`) -> `messages` with `lock-token`
   (peek-lock; deferred messages);
 - `com.microsoft:update-disposition` (`disposition-status` completed/abandoned/defered/suspended,
-  `lock-tokens`, `deadletter-reason`, `deadletter-description`);
+  `lock-tokens`, `deadletter-reason`, `deadletter-description`), for the same locks;
 - `com.microsoft:schedule-message` (`messages`, each an encoded `message`) -> `sequence-numbers`;
 - `com.microsoft:cancel-scheduled-message` (`sequence-numbers`);
 - `com.microsoft:get-session-state`, `set-session-state` (`session-id`, `session-state`) and
@@ -27,8 +28,9 @@ from typing import TYPE_CHECKING, Any, Mapping, Protocol
 
 from proton import Delivery, Message, timestamp
 
-from ..errors import InvalidArgumentError, InvalidOperationError, MessageLockLostError
+from ..errors import InvalidArgumentError, InvalidOperationError
 from .conditions import error_condition, status_code
+from .locks import HeldLock, HeldLocks
 from .mapping import encode_received, split_sections, wire_envelope
 from .paths import EntityAddress
 from .rules import described_rule, rule_from_description
@@ -45,7 +47,7 @@ class Host(Protocol):
     """What a management node needs of its connection (`connection.AmqpConnection`)."""
 
     namespace: Namespace
-    locked: dict[uuid.UUID, tuple[Receiver, ReceivedMessage]]
+    locks: HeldLocks[Receiver]
 
     def authorize(self, target: EntityAddress, right: str) -> None: ...
 
@@ -132,15 +134,21 @@ class ManagementNode:
             return None
         return {"messages": [{"message": encode_received(m, peeked=True)} for m in messages]}
 
+    async def _held(self, token: uuid.UUID) -> tuple[Receiver, ReceivedMessage, HeldLock[Receiver]]:
+        """The receiver to settle or renew lock `token` with, and its message: the receiver that
+        locked it, or this node's once that one is closed (the lock is the entity's)."""
+        held = self._connection.locks.get(token, self._target.receive_path)
+        if not held.receiver.closed:
+            return held.receiver, held.message, held
+        receiver = await self._opened_receiver()
+        return receiver, receiver.adopt(held.message), held
+
     async def _renew(self, body: dict[str, Any]) -> dict[str, Any]:
         expirations = []
         for token in _tokens(body.get("lock-tokens")):
-            held = self._connection.locked.get(token)
-            if held is None:
-                raise MessageLockLostError(f"lock {token} is not held on this connection (expired, settled, or "
-                                           "taken by another connection)")
-            receiver, message = held
+            receiver, message, held = await self._held(token)
             until: datetime = await receiver.renew_message_lock(message)
+            held.message.locked_until_utc = until
             expirations.append(timestamp(int(until.timestamp() * 1000)))
         return {"expirations": expirations}
 
@@ -149,8 +157,7 @@ class ManagementNode:
         messages = await receiver.receive_deferred_messages([int(s) for s in body.get("sequence-numbers") or []])
         out = []
         for message in messages:
-            if message.lock_token is not None:
-                self._connection.locked[message.lock_token] = (receiver, message)
+            self._connection.locks.hold(self._target.receive_path, receiver, message)
             out.append({"message": encode_received(message), "lock-token": message.lock_token})
         return {"messages": out}
 
@@ -160,10 +167,7 @@ class ManagementNode:
             raise InvalidArgumentError(f"disposition-status {body.get('disposition-status')!r} is not one of "
                                        f"{', '.join(_DISPOSITIONS)}")
         for token in _tokens(body.get("lock-tokens")):
-            held = self._connection.locked.get(token)
-            if held is None:
-                raise MessageLockLostError(f"lock {token} is not held on this connection")
-            receiver, message = held
+            receiver, message, _ = await self._held(token)
             reason, description = body.get("deadletter-reason"), body.get("deadletter-description")
             await self._connection.settle(receiver, message, action, None if reason is None else str(reason),
                                           None if description is None else str(description))

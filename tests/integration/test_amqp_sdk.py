@@ -596,3 +596,25 @@ async def test_the_async_sdk_gathers_management_requests_on_one_connection(conn_
             await asyncio.gather(*(receiver.renew_message_lock(m) for m in got))
             for message in got:
                 await receiver.complete_message(message)
+
+
+def test_a_lock_token_settles_on_any_receiver_of_the_entity(amqp_namespace: rb.Namespace, conn_str: str,
+                                                            queue: str) -> None:
+    with ServiceBusClient.from_connection_string(conn_str) as client:
+        with client.get_queue_sender(queue) as sender:
+            sender.send_messages([ServiceBusMessage(f"m{i}") for i in range(4)])
+        first, second = (client.get_queue_receiver(queue, max_wait_time=WAIT_S) for _ in range(2))
+        with first, second:
+            got = receive(first, 3)
+            started = time.monotonic()
+            second.complete_message(got[0])  # through the second receiver's link, then its $management
+            assert time.monotonic() - started < 90
+            second._settle_message_via_mgmt_link("abandoned", [got[1].lock_token])  # noqa: SLF001
+        with client.get_queue_receiver(queue, max_wait_time=WAIT_S) as third:
+            # the first receiver's link is gone: its lock still settles by its token
+            third._settle_message_via_mgmt_link("completed", [got[2].lock_token])  # noqa: SLF001
+            again = receive(third, 2)
+            assert sorted(str(m) for m in again) == sorted(["m3", str(got[1])])
+            for message in again:
+                third.complete_message(message)
+    assert_emptied(amqp_namespace, queue)
