@@ -31,6 +31,8 @@ __all__ = [
     "StaleEpochError",
     "OutOfOrderChangeError",
     "ClusterUnreachableError",
+    "MissingDependencyError",
+    "PortUnavailableError",
     "MessageAlreadySettled",
     "unwrap_remote_error",
     "RuleSyntaxError",
@@ -164,6 +166,16 @@ class OutOfOrderChangeError(ReplicationError):
 
 class ClusterUnreachableError(ServiceBusError, ConnectionError):
     """No Ray cluster answers at the address given (or found in RAY_ADDRESS)."""
+
+
+class MissingDependencyError(InvalidOperationError):
+    """What was asked for needs packages that are not installed here (an extra of ray-broker,
+    named in the message with its `pip install`)."""
+
+
+class PortUnavailableError(InvalidOperationError):
+    """A port the namespace would serve on cannot be listened on (another process holds it, or it
+    needs privileges): found before anything is started."""
 
 
 class MessageAlreadySettled(ValueError):

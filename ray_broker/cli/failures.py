@@ -30,6 +30,8 @@ _OPTION_NAMES = {
     "time_to_live": "--ttl",
     "max_wait_time": "--wait",
     "max_message_count": "--count",
+    "amqp_port": "--amqp-port",
+    "management_port": "--management-port",
 }
 """Keyword arguments the library's messages name, and the options that set them."""
 

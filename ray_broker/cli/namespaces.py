@@ -78,7 +78,14 @@ def start(
     import ray
 
     import ray_broker as rb
-    from ..client.lifecycle import cluster_address, ensure_ray, local_head_address, running_config
+    from ..client.front_end_checks import check_amqp_extra
+    from ..client.lifecycle import (
+        check_front_end_ports,
+        cluster_address,
+        ensure_ray,
+        local_head_address,
+        running_config,
+    )
     from ..config import check_replica_nodes, check_start_options, store_directory, stored_config_for
     from ..ray_head import start_head
 
@@ -90,11 +97,14 @@ def start(
     tier, count = check_start_options(namespace, sku=wanted["sku"] or "standard", partitions=partitions,
                                       gateways=gateways or 1, durability=wanted["durability"] or "normal",
                                       replicas=replicas or 1, amqp_port=serve_amqp, management_port=management_port)
+    if serve_amqp is not None:
+        check_amqp_extra()
     target = cluster_address(address)
     if target is None:
         if wanted["durability"] != "memory":
             stored_config_for(namespace, tier, count, store_directory(namespace, data_dir))
         check_replica_nodes(replicas or 1, [("the Ray head this command would start", None)])
+        check_front_end_ports(serve_amqp, management_port)
         head = start_head(port, local_head_address)
         output.out(f"started a Ray head at {head.address} (pid {head.pid}; `ray-broker stop --ray` stops it)")
         target = head.address

@@ -46,6 +46,7 @@ from ..engine.store_lock import holder_of, refusal
 from ..errors import ClusterUnreachableError, NamespaceNotRunningError, StoreLockedError
 from .blocking import BLOCKING
 from .flow import drive, drive_async
+from .front_end_checks import check_amqp_extra, check_ports_free
 from .ray_notices import silence_ray_notices
 from .reach import check_ray_head
 
@@ -239,12 +240,15 @@ def start_flow(name: str, *, sku: str, partitions: int | None, data_dir: str | N
 
     check_start_options(name, sku=sku, partitions=partitions, gateways=gateways, durability=durability,
                         replicas=replicas, amqp_port=amqp_port, management_port=management_port)
+    if amqp_port is not None:
+        check_amqp_extra()
     required = token_hash(auth_token)
     yield from ray_flow(address)
     running = yield from running_config_flow(name)
     if running is not None:
         check_auth_token(running, auth_token)
         return running
+    check_front_end_ports(amqp_port, management_port)
     nodes = [(str(n["NodeID"]), (n.get("Labels") or {}).get(STORE_LABEL)) for n in ray.nodes() if n["Alive"]]
     config = plan_config(name, sku=sku, partitions=partitions, data_dir=data_dir, gateways=gateways,
                          durability=durability, nodes=nodes, local_node=ray.get_runtime_context().get_node_id(),
@@ -254,6 +258,17 @@ def start_flow(name: str, *, sku: str, partitions: int | None, data_dir: str | N
     save_config(config)
     yield Blocking(deploy, (config,))
     return config
+
+
+def check_front_end_ports(amqp_port: int | None, management_port: int | None) -> None:
+    """`PortUnavailableError` when the AMQP front end of a namespace starting here could not listen
+    on its ports (it listens on this node); nothing without `amqp_port`. A running namespace's own
+    front end holds its ports: check before starting one, not before finding one running."""
+    if amqp_port is None:
+        return
+    from actors.amqp_frontend import LISTEN_HOST
+
+    check_ports_free([(amqp_port, "the AMQP port"), (management_port, "the management port")], LISTEN_HOST)
 
 
 def connect_flow(name: str, address: str | None, how_to_start: str,
@@ -333,5 +348,5 @@ def stop_flow(name: str, *, delete_data: bool, address: str | None = None) -> Li
 
 
 __all__ = ["LOCAL_RAY_SYSTEM_CONFIG", "ensure_ray", "cluster_address", "local_head_address",
-           "start_flow", "connect_flow", "stop_flow", "run_blocking", "run_awaiting", "start_namespace",
+           "start_flow", "connect_flow", "check_front_end_ports", "stop_flow", "run_blocking", "run_awaiting", "start_namespace",
            "connect_namespace", "stop_namespace", "running_config", "ensure_stores_free"]

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import socket
 import subprocess
 import sys
+import time
 import uuid
 from datetime import timedelta
 from pathlib import Path
@@ -15,6 +18,8 @@ from typing import Any
 import pytest
 
 import ray_broker as rb
+
+from .helpers import free_port, isolated_env, short_tmpdir
 
 CLI = str(Path(sys.executable).with_name("ray-broker"))
 
@@ -256,3 +261,37 @@ def test_help_shows_no_value_type_after_a_flag(command: list[str]) -> None:
     shown = ok([*command, "--help"])
     assert "--help" in shown and "<bool>" not in shown, shown
     assert "<str>" in shown or not command or command == ["queue"], "options that take a value keep their type"
+
+
+@pytest.mark.parametrize("cluster", ["running", "none"])
+def test_start_on_a_busy_port_fails_at_once_naming_it(ray_instance: None, tmp_path: Path, cluster: str) -> None:
+    """On the session's cluster, and where no cluster runs (before `start` would run a Ray head)."""
+    home, ray_tmp = short_tmpdir("rbh-"), short_tmpdir("rbr-")
+    env = isolated_env(ray_tmp, home) if cluster == "none" else \
+        {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    data_dir = tmp_path / "busy"
+    with socket.socket() as holder:
+        holder.bind(("0.0.0.0", free_port()))
+        holder.listen()
+        busy = holder.getsockname()[1]
+        argv = ["start", "-n", "busy", "--data-dir", str(data_dir), "--amqp-port", str(free_port()),
+                "--management-port", str(busy)]
+        if cluster == "running":
+            import ray
+
+            argv += ["--address", str(ray.get_runtime_context().gcs_address)]
+        try:
+            started = time.monotonic()
+            result = subprocess.run([CLI, *argv], capture_output=True, text=True, env=env, timeout=180, check=False)
+            took = time.monotonic() - started
+            ray_made = os.listdir(ray_tmp)
+        finally:
+            shutil.rmtree(home, ignore_errors=True)
+            shutil.rmtree(ray_tmp, ignore_errors=True)
+    assert one_error_line(result, 1).startswith(
+        f"error: PortUnavailableError: port {busy} (the management port) cannot be listened on: Address already "
+        "in use")
+    assert took < 30, f"it failed after {took:.0f} s"
+    assert not data_dir.exists(), "the start wrote its configuration or stores"
+    if cluster == "none":
+        assert ray_made == [], "a Ray head was started"
