@@ -71,7 +71,7 @@ from .sas import LISTEN, SEND, Claim, SasKey, audience_path, verify_token
 
 if TYPE_CHECKING:
     from ..aio.handle import Namespace
-    from ..aio.receiver import Receiver, ReceiverSession
+    from ..aio.receiver import Receiver
     from ..aio.sender import Sender
     from ..message import ReceivedMessage
 
@@ -89,6 +89,10 @@ connections at once, each gets its first messages soon instead of after every ot
 SESSION_WAIT_S = 10.0
 """How long a session receiver's attach waits for a session to lock when the SDK does not say."""
 CBS_OK, CBS_UNAUTHORIZED = 202, 401
+NON_SESSION_RECEIVER = ("It is not possible for an entity that requires sessions to create a non-sessionful message "
+                        "receiver: open a session receiver (a session id, or the next available session)")
+"""Why a link without a session filter to an entity that requires sessions is refused (as
+Service Bus says it, with `amqp:not-allowed`)."""
 
 
 class ReceiveLink:
@@ -291,13 +295,13 @@ class AmqpConnection:
             target = parse_address(address)
             if not target.management:
                 self.authorize(target, SEND if link.is_receiver else LISTEN)
-            await self._check_exists(target, link.is_receiver)
+            entity = await self._check_exists(target, link.is_receiver)
             if target.management:
                 self._management[link] = ManagementNode(self, target)
             elif link.is_receiver:
                 self._senders[link] = (self._new_sender(target), asyncio.Lock())
             else:
-                await self._start_receiving(link, target)
+                await self._start_receiving(link, target, bool(getattr(entity, "requires_session", False)))
         except Exception as exc:  # noqa: BLE001 - every refusal is answered on the link
             if not link.state & Endpoint.REMOTE_CLOSED:
                 self._refuse(link, exc)
@@ -323,31 +327,37 @@ class AmqpConnection:
             raise UnauthorizedError(f"no valid token with the {right} right for {target.entity!r} was put on "
                                     "$cbs for this connection")
 
-    async def _check_exists(self, target: EntityAddress, sending: bool) -> None:
+    async def _check_exists(self, target: EntityAddress, sending: bool) -> Any:
+        """The properties of the entity a link is attached to (a queue, subscription or topic);
+        `MessagingEntityNotFoundError` if there is none, `InvalidOperationError` if the link cannot
+        be attached to that kind of entity."""
         if target.subscription is not None:
             if sending and not target.management:
                 raise InvalidOperationError(f"{target.entity!r} is a subscription: send to its topic "
                                             f"{target.topic!r}")
-            await self.namespace.get_subscription(target.topic, target.subscription)  # type: ignore[arg-type]
-            return
+            return await self.namespace.get_subscription(target.topic, target.subscription)  # type: ignore[arg-type]
         try:
-            await self.namespace.get_queue(target.entity)
+            return await self.namespace.get_queue(target.entity)
         except MessagingEntityNotFoundError:
             if not sending and not target.management:
                 await self.namespace.get_topic(target.entity)
                 raise InvalidOperationError(f"{target.entity!r} is a topic: receive from one of its subscriptions "
                                             f"({target.entity}/Subscriptions/<name>)") from None
-            await self.namespace.get_topic(target.entity)
+            return await self.namespace.get_topic(target.entity)
 
     def _new_sender(self, target: EntityAddress) -> Sender:
         return self.namespace.get_queue_sender(target.entity)
 
-    async def _start_receiving(self, link: Link, target: EntityAddress) -> None:
+    async def _start_receiving(self, link: Link, target: EntityAddress, requires_session: bool) -> None:
         """Open the broker receiver of a link the client receives on (locking its session first,
-        for a session receiver) and start its credit loop."""
+        for a session receiver) and start its credit loop. A link without a session filter on an
+        entity that requires sessions is refused, as Service Bus refuses it (its dead-letter
+        sub-queues take such links)."""
         settled = link.remote_snd_settle_mode == Link.SND_SETTLED
         mode = ReceiveMode.RECEIVE_AND_DELETE if settled else ReceiveMode.PEEK_LOCK
         wanted = session_filter(link.remote_source.filter)
+        if wanted is None and requires_session and target.sub_queue is None:
+            raise InvalidOperationError(NON_SESSION_RECEIVER)
         if wanted is None:
             receiver = self.namespace.get_queue_receiver(target.receive_path, receive_mode=mode,
                                                          max_wait_time=RECEIVE_WAIT_S)
@@ -369,13 +379,13 @@ class AmqpConnection:
         self._receivers[link] = state
         state.task = asyncio.ensure_future(self._receive_loop(state))
 
-    def held_session(self, session_id: str) -> ReceiverSession:
-        """Session `session_id` as the receiver of this connection that holds its lock has it
+    def session_receiver(self, session_id: str) -> Receiver:
+        """The receiver of this connection that holds the lock of session `session_id`
         (`SessionLockLostError` if none does)."""
         for state in self._receivers.values():
             session = state.receiver.session
             if session is not None and session.session_id == session_id:
-                return session
+                return state.receiver
         raise SessionLockLostError(f"session {session_id!r} is not locked by a receiver of this connection")
 
     async def _detach(self, link: Link) -> None:

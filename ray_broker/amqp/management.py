@@ -2,11 +2,13 @@
 Azure SDKs send there, answered through the namespace's async client.
 
 Operations (`operation` application property; request and response bodies are AMQP maps):
-- `com.microsoft:peek-message` (`from-sequence-number`, `message-count`) -> `messages`; 204 when none;
+- `com.microsoft:peek-message` (`from-sequence-number`, `message-count`, [`session-id`]) -> `messages`;
+  204 when none; with a session id, that session's messages only;
 - `com.microsoft:renew-lock` (`lock-tokens`) -> `expirations`, for locks any receiver of the entity
   on the front end holds (on this connection or another, its link open or closed);
-- `com.microsoft:receive-by-sequence-number` (`sequence-numbers`) -> `messages` with `lock-token`
-  (peek-lock; deferred messages);
+- `com.microsoft:receive-by-sequence-number` (`sequence-numbers`, [`session-id`]) -> `messages` with
+  `lock-token` (peek-lock; deferred messages); with a session id, through the session receiver
+  of this connection that holds that session;
 - `com.microsoft:update-disposition` (`disposition-status` completed/abandoned/defered/suspended,
   `lock-tokens`, `deadletter-reason`, `deadletter-description`), for the same locks;
 - `com.microsoft:schedule-message` (`messages`, each an encoded `message`) -> `sequence-numbers`;
@@ -51,7 +53,7 @@ class Host(Protocol):
 
     def authorize(self, target: EntityAddress, right: str) -> None: ...
 
-    def held_session(self, session_id: str) -> ReceiverSession: ...
+    def session_receiver(self, session_id: str) -> Receiver: ...
 
     def respond(self, request_link: Any, response: Message) -> None: ...
 
@@ -126,8 +128,17 @@ class ManagementNode:
         self._connection.authorize(self._target, right)
         return await handler(body)  # type: ignore[no-any-return]
 
+    async def _request_receiver(self, body: dict[str, Any]) -> Receiver:
+        """The receiver a request goes through: with a `session-id` (a session receiver's request),
+        the receiver of this connection that holds that session, so that it sees that session's
+        messages only; else this node's own."""
+        session_id = body.get("session-id")
+        if session_id is not None:
+            return self._connection.session_receiver(str(session_id))
+        return await self._opened_receiver()
+
     async def _peek(self, body: dict[str, Any]) -> dict[str, Any] | None:
-        receiver = await self._opened_receiver()
+        receiver = await self._request_receiver(body)
         start = int(body.get("from-sequence-number") or 0)
         messages = await receiver.peek_messages(int(body.get("message-count") or 1), sequence_number=start)
         if not messages:
@@ -153,7 +164,7 @@ class ManagementNode:
         return {"expirations": expirations}
 
     async def _receive_deferred(self, body: dict[str, Any]) -> dict[str, Any]:
-        receiver = await self._opened_receiver()
+        receiver = await self._request_receiver(body)
         messages = await receiver.receive_deferred_messages([int(s) for s in body.get("sequence-numbers") or []])
         out = []
         for message in messages:
@@ -194,7 +205,9 @@ class ManagementNode:
 
     def _session(self, body: dict[str, Any]) -> ReceiverSession:
         """The request's session, as the receiver of this connection that holds its lock has it."""
-        return self._connection.held_session(str(body.get("session-id") or ""))
+        session = self._connection.session_receiver(str(body.get("session-id") or "")).session
+        assert session is not None, "a session receiver has a session"
+        return session
 
     async def _get_state(self, body: dict[str, Any]) -> dict[str, Any]:
         return {"session-state": await self._session(body).get_state()}

@@ -618,3 +618,30 @@ def test_a_lock_token_settles_on_any_receiver_of_the_entity(amqp_namespace: rb.N
             for message in again:
                 third.complete_message(message)
     assert_emptied(amqp_namespace, queue)
+
+
+def test_session_receivers_peek_their_session_and_receive_its_deferred_messages(amqp_namespace: rb.Namespace,
+                                                                                conn_str: str) -> None:
+    queue = f"s-{uuid.uuid4().hex[:10]}"
+    amqp_namespace.create_queue(queue, requires_session=True)
+    try:
+        with ServiceBusClient.from_connection_string(conn_str, retry_total=0) as client:
+            with client.get_queue_sender(queue) as sender:
+                sender.send_messages([ServiceBusMessage(f"{s}-{i}", session_id=s) for s in ("a", "b") for i in range(2)])
+            with pytest.raises(ServiceBusError, match="requires sessions to create a non-sessionful"):
+                with client.get_queue_receiver(queue, max_wait_time=1) as receiver:
+                    receiver.receive_messages(max_wait_time=1)
+            with client.get_queue_receiver(queue, session_id="b", max_wait_time=WAIT_S) as receiver:
+                assert [str(m) for m in receiver.peek_messages(max_message_count=10)] == ["b-0", "b-1"]
+                first, second = receive(receiver, 2)
+                receiver.defer_message(first)
+                receiver.complete_message(second)
+                [deferred] = receiver.receive_deferred_messages([first.sequence_number])
+                assert (str(deferred), deferred.session_id) == ("b-0", "b")
+                receiver.complete_message(deferred)
+            with client.get_queue_receiver(queue, session_id="a", max_wait_time=WAIT_S) as receiver:
+                for message in receive(receiver, 2):
+                    receiver.complete_message(message)
+        assert_emptied(amqp_namespace, queue)
+    finally:
+        amqp_namespace.delete_queue(queue)
