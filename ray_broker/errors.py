@@ -31,6 +31,7 @@ __all__ = [
     "StaleEpochError",
     "OutOfOrderChangeError",
     "ClusterUnreachableError",
+    "RayStartupError",
     "MissingDependencyError",
     "PortUnavailableError",
     "MessageAlreadySettled",
@@ -166,6 +167,11 @@ class OutOfOrderChangeError(ReplicationError):
 
 class ClusterUnreachableError(ServiceBusError, ConnectionError):
     """No Ray cluster answers at the address given (or found in RAY_ADDRESS)."""
+
+
+class RayStartupError(ServiceBusError):
+    """The local Ray the library starts for a program (no cluster to join) did not come up, after
+    one more try; the message says what Ray reported and what to do."""
 
 
 class MissingDependencyError(InvalidOperationError):

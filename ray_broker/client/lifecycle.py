@@ -43,7 +43,7 @@ from ..config import (
     token_hash,
 )
 from ..engine.store_lock import holder_of, refusal
-from ..errors import ClusterUnreachableError, NamespaceNotRunningError, StoreLockedError
+from ..errors import ClusterUnreachableError, NamespaceNotRunningError, RayStartupError, StoreLockedError
 from .blocking import BLOCKING
 from .flow import drive, drive_async
 from .front_end_checks import check_amqp_extra, check_ports_free
@@ -56,6 +56,10 @@ LOCAL_RAY_SYSTEM_CONFIG = {"max_direct_call_object_size": 1024 * 1024}
 """Settings for a local Ray that the library starts: a batch of messages (up to 1 MB on premium)
 travels inline with its call instead of through the object store. A cluster the library joins
 keeps its own settings (Ray takes them only when a cluster starts)."""
+
+LOCAL_RAY_ATTEMPTS = 2
+"""How often the library tries to start a local Ray: under load its processes may miss Ray's
+start-up deadline once (Ray then raises "The current node timed out during startup")."""
 
 TEARDOWN_WAIT_S = 30.0
 """How long `stop` waits for killed partitions to let go of their stores before deleting them."""
@@ -171,8 +175,7 @@ def ensure_ray(address: str | None = None) -> None:
     silence_ray_notices()
     target, probe = _resolve(address)
     if target is None or probe is None:
-        ray.init(address="local", namespace=RAY_NAMESPACE, include_dashboard=False, log_to_driver=False,
-                 configure_logging=False, _system_config=LOCAL_RAY_SYSTEM_CONFIG)
+        start_local_ray()
         logger.info("started an embedded local Ray (it lives as long as this process); message batches up to "
                     "%d bytes travel inline with their calls", LOCAL_RAY_SYSTEM_CONFIG["max_direct_call_object_size"])
         return
@@ -180,6 +183,26 @@ def ensure_ray(address: str | None = None) -> None:
     ray.init(address=target, namespace=RAY_NAMESPACE, log_to_driver=False, logging_level=logging.ERROR)
     logger.info("joined the Ray cluster at %s; it keeps its own inline object limit (the library sets one "
                 "only on a Ray it starts)", target)
+
+
+def start_local_ray() -> None:
+    """Start an embedded local Ray for this process, trying `LOCAL_RAY_ATTEMPTS` times;
+    `RayStartupError` saying what Ray reported, and what to do, when no try succeeds."""
+    failure: Exception | None = None
+    for _ in range(LOCAL_RAY_ATTEMPTS):
+        try:
+            ray.init(address="local", namespace=RAY_NAMESPACE, include_dashboard=False, log_to_driver=False,
+                     configure_logging=False, _system_config=LOCAL_RAY_SYSTEM_CONFIG)
+            return
+        except Exception as exc:  # noqa: BLE001 - Ray's start-up failures are untyped (Exception, RuntimeError)
+            failure = exc
+            ray.shutdown()  # whatever the failed start left behind in this process
+    reported = (str(failure).strip().splitlines() or [type(failure).__name__])[0]
+    raise RayStartupError(
+        f"a local Ray could not be started ({LOCAL_RAY_ATTEMPTS} tries; Ray reported: {reported}). Its processes "
+        "did not come up in time, as when the machine is overloaded or short of memory or of space in Ray's temp "
+        "directory: retry once it has room, or start Ray yourself (`ray start --head`) and pass its address "
+        "(address= or RAY_ADDRESS)") from failure
 
 
 def running_config_flow(name: str) -> LifecycleFlow[NamespaceConfig | None]:

@@ -82,3 +82,18 @@ def test_the_main_snippets_run_twice_each_in_a_process_of_their_own_without_ray_
         assert notice not in result.stdout + result.stderr, f"Ray's notice reached the user:\n{result.stdout}\n" \
                                                             f"{result.stderr}"
     assert not any((tmp_path / "home" / name).exists() for name in MAIN_SNIPPETS)
+
+
+@pytest.mark.ray
+def test_the_async_snippet_alone_prints_none_of_rays_notices(tmp_path: Path) -> None:
+    """Its `rba.start` starts Ray off the main thread (the library's thread for blocking calls)."""
+    ray_tmpdir = short_tmpdir("rb-readme-")
+    try:
+        result = subprocess.run([sys.executable, "-c", snippet_starting("shop-async")], capture_output=True,
+                                text=True, env=isolated_env(ray_tmpdir, str(tmp_path / "home")), cwd=str(tmp_path),
+                                timeout=600, check=False)
+    finally:
+        shutil.rmtree(ray_tmpdir, ignore_errors=True)
+    assert result.returncode == 0, f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    for notice in (*RAY_NOTICES, "SIGTERM handler"):
+        assert notice not in result.stdout + result.stderr, f"Ray's notice reached the user:\n{result.stderr}"
