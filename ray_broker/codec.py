@@ -1,15 +1,17 @@
-"""msgpack encoding of message payloads, with extension types for datetime and UUID."""
+"""msgpack encoding of message payloads, with extension types for datetime, UUID and Decimal."""
 from __future__ import annotations
 
 import threading
 import uuid
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 import msgpack
 
 _EXT_DATETIME = 1
 _EXT_UUID = 2
+_EXT_DECIMAL = 3
 
 
 def _default(value: Any) -> msgpack.ExtType:
@@ -17,6 +19,8 @@ def _default(value: Any) -> msgpack.ExtType:
         return msgpack.ExtType(_EXT_DATETIME, value.isoformat().encode("ascii"))
     if isinstance(value, uuid.UUID):
         return msgpack.ExtType(_EXT_UUID, value.bytes)
+    if isinstance(value, Decimal):
+        return msgpack.ExtType(_EXT_DECIMAL, str(value).encode("ascii"))
     raise TypeError(f"cannot encode a value of type {type(value).__name__}")
 
 
@@ -25,6 +29,8 @@ def _ext_hook(code: int, data: bytes) -> Any:
         return datetime.fromisoformat(data.decode("ascii"))
     if code == _EXT_UUID:
         return uuid.UUID(bytes=data)
+    if code == _EXT_DECIMAL:
+        return Decimal(data.decode("ascii"))
     return msgpack.ExtType(code, data)
 
 
@@ -40,7 +46,7 @@ _PACKERS = _Packers()
 
 
 def packb(value: Any) -> bytes:
-    """Encode a value: maps, lists, str, bytes, numbers, bool, None, datetime and UUID."""
+    """Encode a value: maps, lists, str, bytes, numbers, bool, None, datetime, UUID and Decimal."""
     return _PACKERS.packer.pack(value)
 
 

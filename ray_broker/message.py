@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime, timedelta
+from decimal import Decimal
 from typing import Any, Iterator, Mapping, Sequence
 
 from . import codec
@@ -18,7 +19,7 @@ MAX_ID_LENGTH = 128
 _INT_MIN = -(1 << 63)
 _INT_MAX = (1 << 63) - 1
 _MIN_TTL_SECONDS = 1e-6
-PROPERTY_TYPES = (str, bytes, int, float, bool, type(None), datetime, uuid.UUID)
+PROPERTY_TYPES = (str, bytes, int, float, bool, type(None), datetime, uuid.UUID, Decimal)
 
 _HEADER_FIELDS = (
     "message_id",
@@ -106,12 +107,35 @@ def check_property(key: Any, value: Any) -> None:
     if not isinstance(value, PROPERTY_TYPES):
         raise TypeError(
             f"application_properties[{key!r}] has type {type(value).__name__}; supported types are "
-            "str, bytes, int, float, bool, None, datetime and uuid.UUID"
+            "str, bytes, int, float, bool, None, datetime, uuid.UUID and decimal.Decimal"
         )
     if isinstance(value, int) and not isinstance(value, bool) and not _INT_MIN <= value <= _INT_MAX:
         raise ValueError(f"application_properties[{key!r}] = {value} does not fit in a signed 64-bit integer")
     if isinstance(value, str):
         _check_encodable(f"application_properties[{key!r}]", value)
+    if isinstance(value, Decimal):
+        problem = decimal_problem(value)
+        if problem:
+            raise ValueError(f"application_properties[{key!r}]: {problem}")
+
+
+DECIMAL_DIGITS = 34
+DECIMAL_EXPONENTS = (-6176, 6111)
+
+
+def decimal_problem(value: Decimal) -> str | None:
+    """Why a decimal property cannot travel as an AMQP decimal128 (more than 34 digits, an exponent
+    out of range, or not finite), or None."""
+    if not value.is_finite():
+        return f"{value} is not a finite decimal; AMQP properties carry finite decimals"
+    _sign, digits, exponent = value.as_tuple()
+    assert isinstance(exponent, int)
+    if len(digits) > DECIMAL_DIGITS:
+        return f"{value} has {len(digits)} digits; at most {DECIMAL_DIGITS} (a decimal128) travel"
+    low, high = DECIMAL_EXPONENTS
+    if not low <= exponent <= high:
+        return f"{value}'s exponent {exponent} is outside {low}..{high} (a decimal128's)"
+    return None
 
 
 def _check_ttl(value: Any) -> float | None:

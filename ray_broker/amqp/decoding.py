@@ -4,7 +4,8 @@ The front end reads every message a client sends; walking it through proton's `D
 microseconds a message in wrappers, while a message's values decode in a few `struct` calls.
 Values come out as Python values: integers as `int`, floats as `float`, binary as `bytes`, strings
 as `str`, symbols as proton's `symbol`, timestamps as proton's `timestamp`, uuids as `uuid.UUID`,
-lists as `list`, maps as `dict`; an array or decimal (which no broker field keeps) as `Unkept`.
+decimals (32, 64 or 128 bits) as `decimal.Decimal`, lists as `list`, maps as `dict`; an array
+(which no broker field keeps) as `Unkept`.
 Every malformed encoding raises `ValueError`.
 """
 from __future__ import annotations
@@ -16,6 +17,8 @@ from typing import Any, Callable
 
 from proton import symbol, timestamp
 
+from .decimals import decode_decimal
+
 _B, _H, _I, _Q = struct.Struct(">B"), struct.Struct(">H"), struct.Struct(">I"), struct.Struct(">Q")
 _b, _h, _i, _q = struct.Struct(">b"), struct.Struct(">h"), struct.Struct(">i"), struct.Struct(">q")
 _f, _d = struct.Struct(">f"), struct.Struct(">d")
@@ -25,7 +28,7 @@ Decoder = Callable[[bytes, int], tuple[Any, int]]
 
 @dataclass(frozen=True)
 class Unkept:
-    """A value of an AMQP type no broker field keeps (an array or a decimal), by its type name."""
+    """A value of an AMQP type no broker field keeps (an array), by its type name."""
 
     amqp_type: str
 
@@ -162,7 +165,7 @@ _DECODERS: dict[int, Decoder] = {
     0xC0: _compound(_B, False), 0xD0: _compound(_I, False),
     0xC1: _compound(_B, True), 0xD1: _compound(_I, True),
     0xE0: _skipped(_B, "array"), 0xF0: _skipped(_I, "array"),
-    0x74: _fixed(struct.Struct("4s"), lambda _: Unkept("decimal32")),
-    0x84: _fixed(struct.Struct("8s"), lambda _: Unkept("decimal64")),
-    0x94: _fixed(struct.Struct("16s"), lambda _: Unkept("decimal128")),
+    0x74: _fixed(struct.Struct("4s"), lambda raw: decode_decimal(raw, 32)),
+    0x84: _fixed(struct.Struct("8s"), lambda raw: decode_decimal(raw, 64)),
+    0x94: _fixed(struct.Struct("16s"), lambda raw: decode_decimal(raw, 128)),
 }

@@ -4,18 +4,21 @@ The front end writes every message it delivers; building it through proton's `Me
 costs tens of microseconds a message in wrappers, while the values it holds (strings, symbols,
 integers, timestamps, binary, uuids, maps and lists of them) encode in a few `struct` calls.
 Integers go out as `long` (as proton writes a Python int) unless too large for it (`ulong`);
-proton's `symbol` and `timestamp` keep their AMQP types.
+proton's `symbol` and `timestamp` keep their AMQP types; a `decimal.Decimal` goes out as a
+decimal128.
 """
 from __future__ import annotations
 
 import struct
 import uuid
 from datetime import datetime
+from decimal import Decimal
 from typing import Any, Callable
 
 from proton import symbol, timestamp, ulong
 
 from ..errors import InvalidArgumentError
+from .decimals import encode_decimal128
 
 _LONG = struct.Struct(">Bq")
 _ULONG = struct.Struct(">BQ")
@@ -111,6 +114,7 @@ _ENCODERS: dict[type, Callable[[Any], bytes]] = {
     bytearray: lambda v: _variable(0xA0, 0xB0, bytes(v)),
     memoryview: lambda v: _variable(0xA0, 0xB0, bytes(v)),
     uuid.UUID: lambda v: b"\x98" + v.bytes,
+    Decimal: lambda v: b"\x94" + encode_decimal128(v),
     datetime: lambda v: encode_timestamp(int(v.timestamp() * 1000)),
     dict: encode_map,
     list: encode_list,

@@ -28,6 +28,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
+from decimal import Decimal
 from typing import Any
 
 from proton import symbol, timestamp, ulong
@@ -214,7 +215,7 @@ def _property_in(key: Any, value: Any) -> Any:
         return _from_timestamp(value)
     if isinstance(value, str):
         return str(value)  # symbol and char are str subclasses
-    if isinstance(value, bool) or value is None or isinstance(value, (bytes, uuid.UUID)):
+    if isinstance(value, bool) or value is None or isinstance(value, (bytes, uuid.UUID, Decimal)):
         return value
     if isinstance(value, int):
         return int(value)
@@ -222,7 +223,7 @@ def _property_in(key: Any, value: Any) -> Any:
         return float(value)
     kind = value.amqp_type if isinstance(value, Unkept) else type(value).__name__
     raise InvalidArgumentError(f"application property {key!r} has AMQP type {kind}, which the broker "
-                               "does not keep; use a string, number, boolean, binary, uuid or timestamp")
+                               "does not keep; use a string, number, decimal, boolean, binary, uuid or timestamp")
 
 
 def delivery_tag(message: ReceivedMessage) -> bytes:

@@ -645,3 +645,16 @@ def test_session_receivers_peek_their_session_and_receive_its_deferred_messages(
         assert_emptied(amqp_namespace, queue)
     finally:
         amqp_namespace.delete_queue(queue)
+
+
+def test_decimal_properties_reach_a_python_client_as_decimals(amqp_namespace: rb.Namespace, conn_str: str,
+                                                              queue: str) -> None:
+    from decimal import Decimal
+
+    with ServiceBusClient.from_connection_string(conn_str) as client:
+        with client.get_queue_sender(queue) as sender:
+            sender.send_messages(ServiceBusMessage("priced", application_properties={"price": Decimal("12.50")}))
+    with amqp_namespace.get_queue_receiver(queue, max_wait_time=WAIT_S) as receiver:
+        [message] = receiver.receive_messages(1)
+        assert message.application_properties == {"price": Decimal("12.50")}
+        receiver.complete_message(message)

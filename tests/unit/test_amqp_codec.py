@@ -4,6 +4,7 @@ from __future__ import annotations
 import struct
 import uuid
 from datetime import datetime, timezone
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -67,7 +68,7 @@ def test_every_integer_width_and_the_narrow_types_decode_to_python_values(value:
 
 def test_arrays_decimals_and_described_values() -> None:
     assert decode_value(proton_encoded(Array(None, Data.INT, 1, 2)))[0] == Unkept("array")
-    assert decode_value(proton_encoded(decimal64(5)))[0] == Unkept("decimal64")
+    assert decode_value(proton_encoded(decimal64((398 << 53) | 5)))[0] == Decimal(5)  # exponent 0 (bias 398), 5
     described, _ = decode_value(proton_encoded(Described(ulong(0x75), b"body")))
     assert described == DescribedValue(0x75, b"body")
 
@@ -92,3 +93,28 @@ def test_a_received_message_has_one_header_then_its_sections_in_amqp_order() -> 
     assert [s.code for s in split_sections(encode_received(message))] == [0x70, 0x71, 0x72, 0x73, 0x74, 0x75]
     bare = received({"body": b""})  # properties all the same: the message id made from its sequence number
     assert [s.code for s in split_sections(encode_received(bare, peeked=True))] == [0x70, 0x72, 0x73, 0x75]
+
+
+@pytest.mark.parametrize("width, raw, expected", [
+    (32, ((101 - 2) << 23) | 1250, Decimal("12.50")),                      # decimal32: 8-bit exponent, bias 101
+    (32, (1 << 31) | (101 << 23) | 7, Decimal("-7")),
+    (32, (0b11 << 29) | ((101 + 1) << 21) | 3, Decimal("8388611E+1")),      # the long-coefficient form
+    (64, ((398 - 6) << 53) | 3141593, Decimal("3.141593")),                # decimal64: 10-bit exponent, bias 398
+    (128, ((6176 + 3) << 113) | 42, Decimal("42E+3")),                     # decimal128: 14-bit exponent, bias 6176
+    (128, (1 << 127) | ((6176 - 34) << 113) | (10 ** 34 - 1), Decimal("-0.9999999999999999999999999999999999")),
+    (32, 0b11110 << 26, Decimal("Infinity")),
+], ids=repr)
+def test_decimals_of_every_width_decode_to_python_decimals(width: int, raw: int, expected: Decimal) -> None:
+    code = {32: 0x74, 64: 0x84, 128: 0x94}[width]
+    value, end = decode_value(bytes([code]) + raw.to_bytes(width // 8, "big"))
+    assert value == expected and str(value) == str(expected) and end == 1 + width // 8
+
+
+@pytest.mark.parametrize("value", ["0", "1", "-12.50", "1E+10", "-0.000001", "1234567890123456789012345678901234"])
+def test_decimals_go_out_as_decimal128_as_the_sdk_writes_them(value: str) -> None:
+    from azure.servicebus._pyamqp._encode import encode_decimal128 as sdk_encoding
+
+    written = bytearray()
+    sdk_encoding(written, Decimal(value))
+    assert encode_value(Decimal(value)) == bytes(written)
+    assert str(decode_value(encode_value(Decimal(value)))[0]) == value

@@ -229,3 +229,16 @@ def test_any_valid_application_properties_survive_the_wire(props: dict[str, obje
     envelope = Message("x", application_properties=props).to_envelope()
     record = {"payload": envelope["payload"], "sequence_number": 1}
     assert ReceivedMessage(record).application_properties == props
+
+
+def test_decimal_properties_travel_when_a_decimal128_holds_them() -> None:
+    from decimal import Decimal
+
+    props = {"price": Decimal("19.99"), "big": Decimal("1234567890123456789012345678901234")}
+    sent = Message("x", application_properties=props)
+    got = ReceivedMessage({"payload": codec.packb(sent.to_wire()), "sequence_number": 1})
+    assert got.application_properties == props and type(got.application_properties["price"]) is Decimal
+    for bad, why in ((Decimal("NaN"), "not a finite decimal"), (Decimal("Infinity"), "not a finite decimal"),
+                     (Decimal("1" * 35), "35 digits"), (Decimal("1E+7000"), "exponent 7000")):
+        with pytest.raises(ValueError, match=why):
+            Message("x", application_properties={"d": bad})
