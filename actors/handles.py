@@ -4,18 +4,24 @@ Every actor is named and detached in the "ray_broker" Ray namespace (the operati
 """
 from __future__ import annotations
 
+import asyncio
+import os
 from typing import Any
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from ray_broker.config import RAY_NAMESPACE, STORE_LABEL, NamespaceConfig, displaced, replacement_node, spread_node
+from ray_broker.config import (NODE_DATA_DIR_ENV, RAY_NAMESPACE, STORE_LABEL, NamespaceConfig, displaced,
+                               replacement_node, store_node)
+from ray_broker.engine.store_lock import last_holder
 
 from .partition_actor import PartitionActor
 
 
 HEAD_RESOURCE = "node:__internal_head__"
 """The resource Ray gives its head node alone."""
+STORE_PROBE_TIMEOUT_S = 5.0
+"""How long the nodes asked where a displaced partition's store is have to answer."""
 
 
 def alive_nodes() -> list[str]:
@@ -29,28 +35,53 @@ def head_node() -> str | None:
                 None)
 
 
-def _placement(config: NamespaceConfig, index: int) -> dict[str, Any]:
+def _placement(config: NamespaceConfig, index: int, node: str | None = None) -> dict[str, Any]:
     """Where partition `index` (a replica's `slot`, with several replicas) may run: on the node its
     store is on, or anywhere, spread over the nodes, when stores are shared or in memory.
 
     A partition placed by store label runs only where that label is, so after losing its node it
     comes back when the label (and so its disk) does. A partition placed by node id is pinned to
-    that node while it is alive; once it is gone (a node id never comes back: a returning node
-    gets a new one) the partition is made on a live node instead (`spread_node`), from the store
-    it finds there; a replica, on a live node that holds no other replica of its partition
-    (`replacement_node`), where it starts empty or from what that node's disk holds, and its leader
-    brings it up to date."""
+    that node while it is alive; a node id never comes back (a returning node gets a new one), so
+    once it is gone a partition of one replica is made on `node`, a live node found to see its very
+    store (`store_node_of`), and otherwise stays pinned to the lost node, down, until one does: it is
+    never started on another disk. A replica is made on a live node that holds no other replica of
+    its partition (`replacement_node`), where it starts empty or from what that node's disk holds,
+    and its leader brings it up to date."""
     if config.placement is None:
         return {"scheduling_strategy": "SPREAD"}
     kind, _, value = config.placement[index].partition(":")
     if kind == "label":
         return {"label_selector": {STORE_LABEL: value}}
-    alive = alive_nodes()
-    if displaced(config, index, alive):
-        moved = replacement_node(config, index, alive, _sibling_nodes(config, index)) if config.replicated \
-            else spread_node(index, alive)
-        value = moved or value
+    if config.replicated:
+        alive = alive_nodes()
+        if displaced(config, index, alive):
+            value = replacement_node(config, index, alive, _sibling_nodes(config, index)) or value
+    elif node is not None:
+        value = node
     return {"scheduling_strategy": NodeAffinitySchedulingStrategy(node_id=value, soft=False)}
+
+
+@ray.remote(num_cpus=0)
+def _store_holder(config: dict[str, Any], index: int) -> str | None:
+    """On the node it runs on: the node that partition `index`'s store there was last held by."""
+    path = NamespaceConfig(**config).store_path(index, os.environ.get(NODE_DATA_DIR_ENV))
+    holder = None if path is None else last_holder(path)
+    return None if holder is None else holder.node
+
+
+async def store_node_of(config: NamespaceConfig, index: int, last_node: str) -> str | None:
+    """A live node that sees the store partition `index` (of one replica) last ran on, on node
+    `last_node`, asking every live node what it finds (`store_node`); None when none does, or none
+    answers in `STORE_PROBE_TIMEOUT_S`."""
+    alive = alive_nodes()
+    asked = {node: asyncio.wrap_future(_store_holder.options(
+        scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node, soft=False)).remote(
+            config.to_dict(), index).future()) for node in alive}
+    if asked:
+        await asyncio.wait(asked.values(), timeout=STORE_PROBE_TIMEOUT_S)
+    views = {node: answer.result() if answer.done() and answer.exception() is None else None
+             for node, answer in asked.items()}
+    return store_node(index, views, last_node)
 
 
 def _sibling_nodes(config: NamespaceConfig, slot: int) -> set[str]:
@@ -73,8 +104,9 @@ def _sibling_nodes(config: NamespaceConfig, slot: int) -> set[str]:
     return nodes
 
 
-def partition_actor(config: NamespaceConfig, index: int, replica: int = 0) -> Any:
-    """Get partition `index` (its replica `replica`), creating it (from its store) if it does not exist.
+def partition_actor(config: NamespaceConfig, index: int, replica: int = 0, node: str | None = None) -> Any:
+    """Get partition `index` (its replica `replica`), creating it (from its store) if it does not exist;
+    a partition of one replica whose node is gone is created on `node` (see `_placement`).
 
     Its calls record no task events (Ray's per-task history for the dashboard): a partition serves
     one call per batch, and the recording costs each call about 0.1 ms here. Its default group runs
@@ -82,7 +114,7 @@ def partition_actor(config: NamespaceConfig, index: int, replica: int = 0) -> An
     return PartitionActor.options(
         name=config.replica_name(index, replica), namespace=RAY_NAMESPACE, lifetime="detached", get_if_exists=True,
         max_restarts=-1, max_task_retries=0, num_cpus=0, enable_task_events=False, max_concurrency=config.call_threads,
-        **_placement(config, config.slot(index, replica)),
+        **_placement(config, config.slot(index, replica), node),
     ).remote(config.to_dict(), index, replica)
 
 

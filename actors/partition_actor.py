@@ -28,7 +28,6 @@ import ray
 from actors.gateway_caller import GatewayCaller
 from actors.metrics import PartitionMetrics
 from actors.replica import Replica
-from actors.seeding import away_from_home, seed_entities
 from ray_broker.callers import CallerWatch, Token
 from ray_broker.config import NODE_DATA_DIR_ENV, NamespaceConfig
 from ray_broker.engine.group_commit import Group, GroupCommitter
@@ -158,7 +157,7 @@ class PartitionActor:
         owner = f"Ray cluster {ray.get_runtime_context().gcs_address}, actor {namespace.replica_name(index, replica)}"
         path = namespace.store_path(index, os.environ.get(NODE_DATA_DIR_ENV), replica)
         self.store = Store(path, namespace.durability, owner=owner, takeover_wait_s=STORE_TAKEOVER_WAIT_S,
-                           partition=index, replicated=namespace.replicated)
+                           partition=index, replicated=namespace.replicated, node=self.node())
         self.replica = Replica(namespace, index, replica, self.store) if namespace.replicated else None
         self.engine: PartitionEngine | None = None
         self.metrics: PartitionMetrics | None = None
@@ -181,9 +180,6 @@ class PartitionActor:
     def _serve(self) -> None:
         """Build the engine over the store (as it is now) and serve calls."""
         engine = PartitionEngine(self.index, self.config.partition_count, self.store)
-        if self.replica is None and away_from_home(self.config, self.index, self.node()) and \
-                not engine.list_entities():
-            seed_entities(self.config, self.index, engine)
         self.metrics = PartitionMetrics(self.config.name, self.index, self.config.partition_count, engine)
         self._committer = GroupCommitter(engine, self._execute, lock=self._lock, durable=self._durable,
                                          committed=self._committed)

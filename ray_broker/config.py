@@ -162,9 +162,9 @@ def place_partitions(count: int, nodes: list[tuple[str, str | None]], local_node
 
 
 def spread_node(index: int, alive: list[str]) -> str | None:
-    """The node (id) actor `index` of a kind goes to (gateway `index`; partition `index` when its
-    own node is gone): such actors take the `alive` nodes one each, in node-id order, and share
-    them round robin only when there are fewer nodes than actors; None when no node is known."""
+    """The node (id) gateway `index` goes to: gateways take the `alive` nodes one each, in node-id
+    order, and share them round robin only when there are fewer nodes than gateways; None when no
+    node is known."""
     nodes = sorted(set(alive))
     return nodes[index % len(nodes)] if nodes else None
 
@@ -192,6 +192,27 @@ def replacement_node(config: NamespaceConfig, slot: int, alive: list[str], occup
     siblings = {pinned_node(config, config.slot(index, r)) for r in range(config.replicas) if r != replica}
     free = [node for node in sorted(set(alive)) if node not in siblings and node not in occupied]
     return free[replica % len(free)] if free else None
+
+
+def store_node(index: int, views: dict[str, str | None], last_node: str) -> str | None:
+    """Where partition `index` of one replica, placed by the id of a node that is gone, may be made
+    again: on a live node that sees the very store the partition last ran on, and nowhere else.
+
+    `views` holds, for each live node asked, the node that the partition's store *as that node
+    sees it* was last held by (its lock file's record), or None where it finds no store. A node
+    whose store was last held by `last_node`, the node the partition last ran on, sees that store
+    (on one machine, or storage mounted on both); a node that finds no store, or another one, does
+    not, and the partition is never made there: it would serve an empty store and leave two
+    stores of one partition once its node returns. None when no node sees the store: the
+    partition stays down until its disk comes back with a node.
+
+    >>> store_node(0, {"a": "gone", "b": None, "c": "gone"}, "gone")
+    'a'
+    >>> store_node(0, {"b": None, "c": "c"}, "gone") is None
+    True
+    """
+    seeing = sorted(node for node, holder in views.items() if holder == last_node)
+    return seeing[index % len(seeing)] if seeing else None
 
 
 def token_hash(auth_token: str | None) -> str | None:

@@ -235,6 +235,7 @@ class Store:
         durability: "normal", "fsync" or "memory".
         owner: who opens it, recorded in the store's lock for a refused opener to read; an opener
             with the same owner waits up to `takeover_wait_s` for the lock (see `StoreLock`).
+        node: the Ray node the opener runs on, recorded in the lock too.
         partition: the partition the store belongs to, named in errors.
         replicated: record the writes of every committed unit of work as a `Change` (for
             `take_changes`); `db` is then a `Recorder` standing in for the connection, and every
@@ -252,7 +253,8 @@ class Store:
     """
 
     def __init__(self, path: str | None, durability: str = "normal", *, owner: str | None = None,
-                 takeover_wait_s: float = 0.0, partition: int | None = None, replicated: bool = False) -> None:
+                 takeover_wait_s: float = 0.0, partition: int | None = None, replicated: bool = False,
+                 node: str | None = None) -> None:
         if durability not in DURABILITY_MODES:
             raise InvalidArgumentError(f"durability must be one of {', '.join(DURABILITY_MODES)}, got {durability!r}")
         self.durability = durability
@@ -264,7 +266,7 @@ class Store:
         self._changes: list[Change] = []
         if self.path is not None:
             os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
-            self.lock = StoreLock(self.path, owner or f"process {os.getpid()}", takeover_wait_s, partition)
+            self.lock = StoreLock(self.path, owner or f"process {os.getpid()}", takeover_wait_s, partition, node)
             self.lock.acquire()
         try:
             connection = self._open()

@@ -2,8 +2,9 @@
 
 The lock is `flock` on a `.lock` file beside the database, so the kernel releases it the moment
 its holder dies (a `kill -9` included) and nothing stale is ever left to clean up. The holder
-writes who it is (pid, host and an owner string such as the Ray cluster and actor name) into the
-file, so that a refused opener can say who holds the store.
+writes who it is (pid, host, an owner string such as the Ray cluster and actor name, and the Ray
+node it runs on) into the file, so that a refused opener can say who holds the store, and so that
+whoever reads the file later can tell which node last held the store it sees (`last_holder`).
 
 An owner that finds its own earlier incarnation still holding the lock (a partition actor that
 Ray restarts while the old process is still exiting) waits for it; anyone else is refused at once.
@@ -33,6 +34,8 @@ class LockHolder:
     pid: int
     host: str
     owner: str
+    node: str | None = None
+    """The Ray node the holder ran on, when it said."""
 
     def describe(self) -> str:
         """`pid 123 on host h (owner)`, for error messages."""
@@ -48,7 +51,11 @@ def _read_holder(handle: IO[str]) -> LockHolder | None:
     handle.seek(0)
     try:
         record = json.loads(handle.read() or "null")
-        return None if record is None else LockHolder(int(record["pid"]), str(record["host"]), str(record["owner"]))
+        if record is None:
+            return None
+        node = record.get("node")
+        return LockHolder(int(record["pid"]), str(record["host"]), str(record["owner"]),
+                          None if node is None else str(node))
     except (ValueError, KeyError, TypeError):
         return None
 
@@ -70,6 +77,7 @@ class StoreLock:
             incarnation of this one, and is waited for.
         takeover_wait_s: how long to wait for an earlier incarnation with the same owner to let go.
         partition: the partition the store belongs to, named in the error.
+        node: the Ray node the opener runs on, recorded for `last_holder`.
 
     Example:
         lock = StoreLock("/data/partition-000.sqlite3", owner="cluster 10.0.0.1:6379, actor shop.partition.0")
@@ -79,12 +87,13 @@ class StoreLock:
     """
 
     def __init__(self, store_path: str, owner: str, takeover_wait_s: float = 0.0,
-                 partition: int | None = None) -> None:
+                 partition: int | None = None, node: str | None = None) -> None:
         self.store_path = store_path
         self.path = lock_path(store_path)
         self.partition = partition
         self.owner = owner
         self.takeover_wait_s = takeover_wait_s
+        self.node = node
         self._handle: IO[str] | None = None
 
     def acquire(self) -> None:
@@ -100,7 +109,8 @@ class StoreLock:
             time.sleep(0.05)
         handle.seek(0)
         handle.truncate()
-        handle.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "owner": self.owner}))
+        handle.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "owner": self.owner,
+                                 "node": self.node}))
         handle.flush()
         self._handle = handle
 
@@ -135,3 +145,13 @@ def holder_of(store_path: str) -> LockHolder | None:
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
             return None
         return _read_holder(handle) or LockHolder(0, "unknown", "a process that has not recorded itself yet")
+
+
+def last_holder(store_path: str) -> LockHolder | None:
+    """Who holds or last held the store at `store_path`, as recorded in its lock file, without
+    taking the lock; None when there is no such store (or no record)."""
+    try:
+        with open(lock_path(store_path), encoding="utf-8") as handle:
+            return _read_holder(handle)
+    except OSError:
+        return None

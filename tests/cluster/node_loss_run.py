@@ -1,13 +1,16 @@
 """The node-loss scenario on a 3-node `ray.cluster_utils.Cluster`, run as its own process (a test
 process is already attached to the shared Ray); prints one JSON line of what it observed.
 
-The head has no store label, nor has the worker `plain`; the worker `disk-b` is labelled and keeps
-its stores in a directory of its own. A premium namespace of 6 partitions spreads them two per
-node, and its 3 gateways one per node. Node `disk-b` is removed while messages are on it; for more
-than a minute after that, the sync client, the async client and the Spark sink's sender keep
-sending unkeyed batches. Then `disk-b` is added back with the same label and directory, and every
-message is received. Last, node `plain` is removed: its partitions, placed by node id, move to a
-node that is alive, and keyed sends to them resume.
+The head has no store label, nor has the worker `plain`, which keeps its stores in a directory of
+its own (a node-local disk); the worker `disk-b` is labelled and keeps its stores in a directory of
+its own too. A premium namespace of 6 partitions spreads them two per node, and its 3 gateways one
+per node. Node `disk-b` is removed while messages are on it; for more than a minute after that,
+the sync client, the async client and the Spark sink's sender keep sending unkeyed batches. Then
+`disk-b` is added back with the same label and directory, and every message is received. Last,
+node `plain` is removed while its partitions hold messages: its partitions, placed by node id,
+stay down (keyed sends to them fail, at once and after 50 unkeyed batches, and no store of theirs
+appears on another node) until `plain` comes back with its directory under a new node id, where
+they resume with every message they held.
 """
 from __future__ import annotations
 
@@ -35,6 +38,8 @@ from tests.moved_in_doubt import MovedInDoubtLog
 PARTITIONS = 6
 GATEWAYS = 3
 PER_PARTITION = 10
+PLAIN_UNKEYED_BATCHES = 50
+"""Unkeyed batches sent while node `plain` is down, between two keyed sends to its partitions."""
 BATCHES_AFTER_LOSS = 100
 """Unkeyed batches the sync client sends after the loss, one every `PACE_S`."""
 PER_BATCH = 20
@@ -45,10 +50,12 @@ SINK_EVERY = 25
 """The Spark sink's sender sends a batch after every this many of the sync client's."""
 
 
-def worker(cluster: Cluster, root: Path, label: str | None) -> Any:
+def worker(cluster: Cluster, root: Path, name: str, label: str | None = None) -> Any:
+    """A node of one CPU that keeps its stores in `root/name` (a disk of its own), labelled `label`."""
+    env = {NODE_DATA_DIR_ENV: str(root / name)}
     if label is None:
-        return cluster.add_node(num_cpus=1)
-    return cluster.add_node(num_cpus=1, labels={STORE_LABEL: label}, env_vars={NODE_DATA_DIR_ENV: str(root / label)})
+        return cluster.add_node(num_cpus=1, env_vars=env)
+    return cluster.add_node(num_cpus=1, labels={STORE_LABEL: label}, env_vars=env)
 
 
 def partition_nodes(ns: rb.Namespace, indexes: list[int]) -> dict[int, str]:
@@ -120,9 +127,31 @@ def send_after_loss(ns: rb.Namespace, sender: rb.Sender) -> dict[str, Any]:
             "seconds_sending": round(time.monotonic() - began, 1)}
 
 
-def lose_plain(cluster: Cluster, ns: rb.Namespace, plain: Any, keys: dict[int, str]) -> dict[str, Any]:
-    """Remove node `plain`; how long until a keyed send reaches each of its partitions, and where they run."""
+def _keyed_send(sender: rb.Sender, key: str, body: str) -> str:
+    """Send one message keyed `key` (10 s timeout): "stored", or the error and how long it took."""
+    began = time.monotonic()
+    try:
+        sender.send_messages(tagged(body, partition_key=key), timeout=10)
+        return "stored"
+    except Exception as exc:  # noqa: BLE001 - which error, and when, is the finding
+        return f"{type(exc).__name__} after {time.monotonic() - began:.1f}s"
+
+
+def _stores_of(root: Path, indexes: list[int]) -> dict[str, list[str]]:
+    """The data directories under `root` that hold a store of one of these partitions."""
+    names = {f"partition-{k:03d}.sqlite3" for k in indexes}
+    return {d.name: sorted(p.name for p in d.glob("nodeloss/partition-*.sqlite3") if p.name in names)
+            for d in sorted(root.iterdir()) if d.is_dir()}
+
+
+def lose_plain(cluster: Cluster, root: Path, ns: rb.Namespace, plain: Any, keys: dict[int, str]) -> dict[str, Any]:
+    """Remove node `plain` while its partitions hold messages; keyed sends to them at once and after
+    unkeyed batches, the stores while it is down, its return under a new id, and every message."""
     on_plain = [k for k, home in enumerate(ns.config.placement or ()) if home == f"node:{plain.node_id}"]
+    sender = ns.get_queue_sender("q")
+    held = [f"held-{k}-{j}" for k in on_plain for j in range(PER_PARTITION)]
+    for k in on_plain:
+        sender.send_messages([tagged(f"held-{k}-{j}", partition_key=keys[k]) for j in range(PER_PARTITION)])
     cluster.remove_node(plain, allow_graceful=False)
     deadline = time.monotonic() + 90  # until Ray saw the node die and its partitions' processes ended
     while any(n["NodeID"] == plain.node_id and n["Alive"] for n in ray.nodes()) or \
@@ -130,26 +159,47 @@ def lose_plain(cluster: Cluster, ns: rb.Namespace, plain: Any, keys: dict[int, s
         if time.monotonic() > deadline:
             raise TimeoutError("the removed node's partitions kept answering")
         time.sleep(0.5)
-    lost = time.monotonic()
-    sender = ns.get_queue_sender("q")
-    resumed: dict[int, float] = {}
+    result: dict[str, Any] = {"on_plain": on_plain, "plain_node": plain.node_id}
+    result["plain_keyed_at_once"] = _keyed_send(sender, keys[on_plain[0]], "keyed-at-once")
+    unkeyed: list[str] = []
     failures: list[str] = []
-    deadline = lost + 150
+    for j in range(PLAIN_UNKEYED_BATCHES):
+        batch = [f"plain-unkeyed-{j}-{i}" for i in range(PER_BATCH)]
+        try:
+            sender.send_messages([tagged(body) for body in batch], timeout=30)
+            unkeyed.extend(batch)
+        except Exception as exc:  # noqa: BLE001 - every failure is the finding
+            failures.append(_failure(exc))
+    result["plain_unkeyed_failures"] = failures
+    result["plain_keyed_after_unkeyed"] = _keyed_send(sender, keys[on_plain[0]], "keyed-after-unkeyed")
+    result["plain_stores_while_down"] = _stores_of(root, on_plain)
+
+    returned = worker(cluster, root, "plain")
+    back = time.monotonic()
+    resumed: dict[int, float] = {}
+    deadline = back + 120
     while len(resumed) < len(on_plain) and time.monotonic() < deadline:
         for k in on_plain:
-            if k in resumed:
-                continue
-            try:
-                sender.send_messages(rb.Message(f"keyed-after-plain-{k}", partition_key=keys[k]), timeout=10)
-                resumed[k] = round(time.monotonic() - lost, 1)
-            except rb.errors.PartitionUnavailableError:
-                pass
-            except Exception as exc:  # noqa: BLE001 - any other error is the finding
-                failures.append(_failure(exc))
+            if k not in resumed and _keyed_send(sender, keys[k], f"keyed-back-{k}") == "stored":
+                resumed[k] = round(time.monotonic() - back, 1)
     sender.close()
-    return {"on_plain": on_plain, "plain_node": plain.node_id, "resumed_after": resumed,
-            "plain_failures": failures, "nodes_after_plain": _nodes_now(ns, on_plain),
-            "alive_after_plain": sorted(n["NodeID"] for n in ray.nodes() if n["Alive"])}
+    result["plain_resumed_after"] = resumed
+    result["plain_nodes_after_return"] = _nodes_now(ns, on_plain)
+    result["plain_returned_node"] = returned.node_id
+    result["plain_stores_after_return"] = _stores_of(root, on_plain)
+    expected = set(held) | set(unkeyed) | {f"keyed-back-{k}" for k in resumed}
+    received: list[str] = []
+    deadline = time.monotonic() + 60
+    with ns.get_queue_receiver("q", max_wait_time=5) as receiver:
+        while not expected <= set(received) and time.monotonic() < deadline:
+            batch = receiver.receive_messages(100, max_wait_time=5)
+            for message in batch:
+                receiver.complete_message(message)
+            received.extend(str(m.message_id) for m in batch)
+    result["plain_missing"] = sorted(expected - set(received))
+    result["plain_unexpected"] = sorted(set(received) - expected)
+    result["plain_twice"] = sorted(i for i, n in Counter(received).items() if n > 1)
+    return result
 
 
 def main(root: Path) -> dict[str, object]:
@@ -161,7 +211,7 @@ def main(root: Path) -> dict[str, object]:
 def observe(root: Path, doubts: MovedInDoubtLog) -> dict[str, object]:
     """The scenario, the batches the clients moved on in doubt collected by `doubts`."""
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False})
-    nodes = {"plain": worker(cluster, root, None), "disk-b": worker(cluster, root, "disk-b")}
+    nodes = {"plain": worker(cluster, root, "plain"), "disk-b": worker(cluster, root, "disk-b", "disk-b")}
     ray.init(address=cluster.address, namespace="ray_broker", log_to_driver=False, configure_logging=False)
     result: dict[str, object] = {}
     try:
@@ -210,7 +260,7 @@ def observe(root: Path, doubts: MovedInDoubtLog) -> dict[str, object]:
         result["down_partitions"] = sorted(p.index for p in runtime.partitions if not p.available)
         result["seconds_down"] = round(time.monotonic() - started, 1)
 
-        nodes["disk-b"] = worker(cluster, root, "disk-b")
+        nodes["disk-b"] = worker(cluster, root, "disk-b", "disk-b")
         deadline = time.monotonic() + 120
         while ns.get_queue_runtime_properties("q").availability != "Available":
             if time.monotonic() > deadline:
@@ -233,7 +283,8 @@ def observe(root: Path, doubts: MovedInDoubtLog) -> dict[str, object]:
         result["expected"] = expected
         result["twice"] = sorted(i for i, n in Counter(received).items() if n > 1)
         result["moved_in_doubt"] = sorted(doubts.message_ids)
-        result.update(lose_plain(cluster, ns, nodes["plain"], keys))
+        result.update(lose_plain(cluster, root, ns, nodes["plain"], keys))
+        result["plain_moved_in_doubt"] = sorted(set(doubts.message_ids) - set(result["moved_in_doubt"]))
         rb.stop("nodeloss", delete_data=True)
     except Exception as exc:  # noqa: BLE001 - reported with what was observed so far
         result["error"] = _failure(exc)

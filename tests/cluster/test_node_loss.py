@@ -4,8 +4,9 @@ partitions raise `PartitionUnavailableError` within their timeout and are never 
 runtime properties say `Limited` and name the partitions that are down, and the node's return
 brings its partitions back, on it, with every message they held, none stored twice but in a
 batch the client said it moved on in doubt (`tests.moved_in_doubt`). Partitions placed by node id
-(a node without a store label) move to a live node when theirs is lost, and keyed sends to them
-resume. Gateways run one per node.
+(a node without a store label, its stores on a disk of its own) are never started on another
+node's disk: while their node is gone keyed sends to them fail, and they come back, with every
+message they held, when the node returns under a new id. Gateways run one per node.
 
 The cluster (`ray.cluster_utils.Cluster`) runs once for the module, in a process of its own
 (`node_loss_run`) started in the background (`conftest.py`), since this one may already be attached
@@ -53,14 +54,23 @@ def test_unkeyed_sends_never_fail_for_a_minute_after_the_loss(observed: dict[str
     assert observed["seconds_sending"] > 60
 
 
-def test_partitions_placed_by_node_id_move_to_a_live_node_when_theirs_is_lost(observed: dict[str, Any]) -> None:
+def test_partitions_placed_by_node_id_stay_down_until_their_disk_returns(observed: dict[str, Any]) -> None:
     on_plain = observed["on_plain"]
     assert on_plain, "the unlabelled worker held partitions"
-    assert observed["plain_failures"] == [], "keyed sends waited with typed errors only"
-    assert sorted(int(k) for k in observed["resumed_after"]) == on_plain, "keyed sends to them resumed"
-    moved = observed["nodes_after_plain"]
-    assert all(node in observed["alive_after_plain"] and node != observed["plain_node"] for node in moved.values()), \
-        moved
+    for when in ("plain_keyed_at_once", "plain_keyed_after_unkeyed"):
+        assert observed[when].startswith("PartitionUnavailableError"), (when, observed[when])
+        assert float(observed[when].split()[-1].rstrip("s")) <= 11.0, (when, observed[when])
+    assert observed["plain_unkeyed_failures"] == [], "unkeyed sends went to the partitions that are up"
+    stores = [f"partition-{k:03d}.sqlite3" for k in on_plain]
+    for moment in ("plain_stores_while_down", "plain_stores_after_return"):
+        assert {d: names for d, names in observed[moment].items() if names} == {"plain": stores}, \
+            f"{moment}: a store of the lost node's partitions appeared elsewhere: {observed[moment]}"
+    assert sorted(int(k) for k in observed["plain_resumed_after"]) == on_plain, observed["plain_resumed_after"]
+    assert set(observed["plain_nodes_after_return"].values()) == {observed["plain_returned_node"]}, \
+        observed["plain_nodes_after_return"]
+    assert observed["plain_missing"] == [], "every message the partitions held, and every unkeyed one"
+    assert observed["plain_unexpected"] == [], "nothing keyed to them was stored while they were down"
+    assert set(observed["plain_twice"]) <= set(observed["plain_moved_in_doubt"]), observed["plain_twice"]
 
 
 def test_gateways_run_one_per_node(observed: dict[str, Any]) -> None:

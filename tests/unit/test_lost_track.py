@@ -122,11 +122,14 @@ class _Partitions:
         self.current = _Actor(pid)
         self.killed: list[Any] = []
         self.made = 1
+        self.nodes: list[str | None] = []
+        """The node each replacement was made on (None: where its placement says)."""
 
-    def get_or_create(self, config: NamespaceConfig, index: int) -> _Actor:
+    def get_or_create(self, config: NamespaceConfig, index: int, node: str | None = None) -> _Actor:
         if self.current in self.killed:
             self.current = _Actor(self.pid)
             self.made += 1
+            self.nodes.append(node)
         return self.current
 
     def kill(self, handle: Any, no_restart: bool = False) -> None:
@@ -217,3 +220,33 @@ def test_looking_into_a_silent_partition_does_not_hold_up_the_failed_call() -> N
         await asyncio.wait_for(handles.unanswered(0, _Actor("silent")), timeout=0.5)
 
     asyncio.run(run())
+
+
+def test_a_partition_whose_node_is_gone_is_made_again_only_where_its_store_is_seen(
+        partitions: _Partitions, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = NamespaceConfig(name="lost", sku="standard", partition_count=1, data_dir="/data", durability="normal",
+                             gateways=1, placement=("node:gone",))
+    seen_on: list[str | None] = [None]
+    asked: list[str] = []
+
+    async def store_node_of(config: NamespaceConfig, index: int, last_node: str) -> str | None:
+        asked.append(last_node)
+        return seen_on[0]
+
+    monkeypatch.setattr(gateway_handles, "alive_nodes", lambda: ["b", "c"])
+    monkeypatch.setattr(gateway_handles, "store_node_of", store_node_of)
+    monkeypatch.setattr(gateway_handles, "STORE_PROBE_EVERY_S", 0.0)
+
+    async def run() -> GatewayHandles:
+        handles = GatewayHandles(config)
+        dead = handles.handle(0)
+        partitions.killed.append(dead)
+        await handles.replace(0)
+        assert handles.epochs == [0] and handles.handle(0) is dead, "no node sees its store: it stays down"
+        seen_on[0] = "c"
+        await handles.replace(0)
+        return handles
+
+    handles = asyncio.run(run())
+    assert asked == ["gone", "gone"], "the nodes were asked for the store its own node last held"
+    assert handles.epochs == [1] and partitions.nodes == ["c"], "made again on the node that sees its store"

@@ -25,9 +25,9 @@ from ray.exceptions import (
 )
 from ray.core.generated.common_pb2 import ActorDiedErrorContext
 
-from actors.seeding import away_from_home
 from ray_broker.client.link import RetryAction, classify_gateway_failure
-from ray_broker.config import NamespaceConfig, displaced, spread_node
+from ray_broker.config import NamespaceConfig, displaced, spread_node, store_node
+from ray_broker.engine.store_lock import StoreLock, last_holder
 from ray_broker.errors import MessagingEntityNotFoundError
 from ray_broker.routing.channel import PartitionUnavailable
 from ray_broker.routing.ray_channel import (
@@ -242,10 +242,23 @@ def test_a_partition_is_displaced_only_when_the_node_it_is_pinned_to_by_id_is_go
     assert not any(displaced(shared, k, []) for k in range(3))
 
 
-def test_a_partition_knows_when_it_runs_away_from_the_node_it_is_placed_on() -> None:
-    config = NamespaceConfig("ns", "premium", 2, "/data", "normal", 1, ("node:a1", "label:disk-b"))
-    assert not away_from_home(config, 0, "a1") and away_from_home(config, 0, "b2")
-    assert not away_from_home(config, 1, "b2"), "a partition placed by label is where its label is"
+def test_a_displaced_partition_goes_only_where_its_own_store_is_seen() -> None:
+    views = {"b2": None, "c3": "a1", "d4": "c3", "e5": "a1"}
+    assert store_node(0, views, "a1") == "c3" and store_node(1, views, "a1") == "e5", \
+        "nodes that see the store the lost node held, spread by partition"
+    assert store_node(0, {"b2": None, "d4": "d4"}, "a1") is None, \
+        "a node with no store, or with a store another node held, never takes the partition"
+    assert store_node(0, {}, "a1") is None
+
+
+def test_a_store_lock_records_the_node_that_held_it_last(tmp_path: Any) -> None:
+    path = str(tmp_path / "partition-000.sqlite3")
+    assert last_holder(path) is None
+    lock = StoreLock(path, owner="actor ns.partition.0", node="a1")
+    lock.acquire()
+    assert last_holder(path) is not None and last_holder(path).node == "a1"  # type: ignore[union-attr]
+    lock.release()
+    assert last_holder(path).node == "a1", "the record outlives the lock"  # type: ignore[union-attr]
 
 
 class _Gateway:
