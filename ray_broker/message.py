@@ -166,8 +166,8 @@ def schedule_time_epoch(value: Any, name: str = "scheduled_enqueue_time_utc") ->
 
 class MessageBody(bytes):
     """A message's body: `bytes` in every way but one, iterating it yields the body's data
-    sections, as the SDK's `message.body` does, so SDK code such as `b"".join(message.body)` or
-    `for section in message.body` works unchanged. Index or slice it (or `bytes(body)`) for its
+    sections, as the SDK's `message.body` does, so SDK code such as `b"".join(message.body)`,
+    `for section in message.body` or `next(message.body)` works unchanged. Index or slice it (or `bytes(body)`) for its
     bytes, which are its sections joined.
 
     A body has one section, unless an AMQP sender (through the namespace's AMQP front end) sent
@@ -204,6 +204,16 @@ class MessageBody(bytes):
         for length in self.section_lengths:
             yield whole[start:start + length]
             start += length
+
+    def __next__(self) -> bytes:
+        """The next data section, as `next()` gives it from the SDK's body (a generator):
+        `next(message.body)` is the first section, a second call the next one, `StopIteration`
+        after the last. Iterating the body (`for`, `list`, `b"".join`) starts from the first
+        section every time, whatever `next` took."""
+        cursor = self.__dict__.get("_cursor")
+        if cursor is None:
+            cursor = self.__dict__["_cursor"] = iter(self)
+        return next(cursor)  # type: ignore[no-any-return]
 
 
 def _subject_or_label(subject: str | None, label: str | None) -> str | None:

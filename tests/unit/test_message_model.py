@@ -50,6 +50,18 @@ def test_a_body_of_several_sections_or_none_iterates_as_them_and_pickles() -> No
         MessageBody(b"abc", [1, 1])
 
 
+def test_next_gives_a_bodys_sections_one_by_one_as_from_the_sdks_generator() -> None:
+    sent = Message("hello")
+    received = ReceivedMessage({"payload": codec.packb(sent.to_wire()), "sequence_number": 1})
+    for body in (sent.body, received.body):
+        assert next(body) == b"hello" and type(next(MessageBody(b"x"))) is bytes
+        with pytest.raises(StopIteration):
+            next(body)
+        assert list(body) == [b"hello"] and b"".join(body) == b"hello" and len(body) == 5  # iterating starts over
+    parts = MessageBody(b"aabb", [2, 2])
+    assert (next(parts), next(parts)) == (b"aa", b"bb")
+
+
 def test_label_is_the_sdks_older_name_for_subject() -> None:
     message = Message("x", label="eu")
     assert (message.subject, message.label) == ("eu", "eu")
