@@ -35,6 +35,7 @@ __all__ = [
     "MissingDependencyError",
     "PortUnavailableError",
     "MessageAlreadySettled",
+    "ReplicationWarning",
     "unwrap_remote_error",
     "RuleSyntaxError",
 ]
@@ -182,6 +183,11 @@ class MissingDependencyError(InvalidOperationError):
 class PortUnavailableError(InvalidOperationError):
     """A port the namespace would serve on cannot be listened on (another process holds it, or it
     needs privileges): found before anything is started."""
+
+
+class ReplicationWarning(UserWarning):
+    """A replication setting that is accepted but protects less than it may seem to
+    (`replicas=2` cannot fail over)."""
 
 
 class MessageAlreadySettled(ValueError):

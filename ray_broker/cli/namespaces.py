@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import os
+import warnings
 from enum import Enum
 from typing import Annotated, Any, Optional
 
 import typer
 
 from ..amqp.sas import ROOT_KEY_NAME
-from ..errors import InvalidOperationError
+from ..errors import InvalidOperationError, ReplicationWarning
 from . import output
 from .options import DEFAULT_NAMESPACE, AddressOption, NamespaceOption, attach
 from .status import (
@@ -80,6 +81,7 @@ def start(
     import ray_broker as rb
     from ..client.front_end_checks import check_amqp_extra
     from ..client.lifecycle import (
+        NO_FAILOVER_WITH_TWO_REPLICAS,
         check_front_end_ports,
         cluster_address,
         ensure_ray,
@@ -99,6 +101,8 @@ def start(
                                       replicas=replicas or 1, amqp_port=serve_amqp, management_port=management_port)
     if serve_amqp is not None:
         check_amqp_extra()
+    if replicas == 2:
+        output.note(f"warning: {NO_FAILOVER_WITH_TWO_REPLICAS.replace('replicas=', '--replicas ')}")
     target = cluster_address(address)
     if target is None:
         if wanted["durability"] != "memory":
@@ -112,9 +116,11 @@ def start(
     running = running_config(namespace)
     if running is not None:
         _check_unchanged(running, {k: v for k, v in wanted.items() if v is not None})
-    config = rb.start(namespace, sku=wanted["sku"] or "standard", partitions=partitions, data_dir=data_dir,
-                      gateways=gateways or 1, durability=wanted["durability"] or "normal",
-                      replicas=replicas or 1, amqp_port=serve_amqp, management_port=management_port).config
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ReplicationWarning)  # noted above, in the command line's words
+        config = rb.start(namespace, sku=wanted["sku"] or "standard", partitions=partitions, data_dir=data_dir,
+                          gateways=gateways or 1, durability=wanted["durability"] or "normal",
+                          replicas=replicas or 1, amqp_port=serve_amqp, management_port=management_port).config
     verb = "running" if running is None else "already running"
     output.out(f"namespace {config.name!r} {verb} on {ray.get_runtime_context().gcs_address}: {settings(config)}")
 

@@ -23,6 +23,7 @@ import logging
 import os
 import shutil
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Generator, TypeVar, Union
 
@@ -43,7 +44,13 @@ from ..config import (
     token_hash,
 )
 from ..engine.store_lock import holder_of, refusal
-from ..errors import ClusterUnreachableError, NamespaceNotRunningError, RayStartupError, StoreLockedError
+from ..errors import (
+    ClusterUnreachableError,
+    NamespaceNotRunningError,
+    RayStartupError,
+    ReplicationWarning,
+    StoreLockedError,
+)
 from .blocking import BLOCKING
 from .flow import drive, drive_async
 from .front_end_checks import check_amqp_extra, check_ports_free
@@ -68,6 +75,11 @@ STORE_POLL_S = 0.05
 """How often `stop` looks whether killed partitions let go of their stores."""
 
 T = TypeVar("T")
+
+NO_FAILOVER_WITH_TWO_REPLICAS = (
+    "replicas=2 cannot fail over: a change is acknowledged only once both replicas hold it (a majority of 2), so "
+    "losing either node stops each partition's keyed traffic until that node returns; use replicas=3 for failover")
+"""Why `start` warns of `replicas=2` (README, Replication)."""
 
 
 @dataclass(frozen=True)
@@ -258,11 +270,14 @@ def start_flow(name: str, *, sku: str, partitions: int | None, data_dir: str | N
                management_port: int | None = None) -> LifecycleFlow[NamespaceConfig]:
     """Start namespace `name` (or find it running, if `auth_token` is its token) and return its
     configuration; with `amqp_port`, its AMQP front end too (serving the management API on
-    `management_port` as well, when given)."""
+    `management_port` as well, when given). `replicas=2` is warned of (`ReplicationWarning`): it
+    cannot fail over."""
     from actors.deploy import deploy
 
     check_start_options(name, sku=sku, partitions=partitions, gateways=gateways, durability=durability,
                         replicas=replicas, amqp_port=amqp_port, management_port=management_port)
+    if replicas == 2:
+        warnings.warn(NO_FAILOVER_WITH_TWO_REPLICAS, ReplicationWarning)
     if amqp_port is not None:
         check_amqp_extra()
     required = token_hash(auth_token)

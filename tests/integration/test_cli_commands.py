@@ -295,3 +295,21 @@ def test_start_on_a_busy_port_fails_at_once_naming_it(ray_instance: None, tmp_pa
     assert not data_dir.exists(), "the start wrote its configuration or stores"
     if cluster == "none":
         assert ray_made == [], "a Ray head was started"
+
+
+def test_start_with_two_replicas_notes_in_one_line_that_they_cannot_fail_over() -> None:
+    """Where no cluster runs: the note comes before the refusal of the head it would start (one node)."""
+    home, ray_tmp = short_tmpdir("rbh-"), short_tmpdir("rbr-")
+    try:
+        result = subprocess.run([CLI, "start", "-n", "two", "--replicas", "2"], capture_output=True, text=True,
+                                env=isolated_env(ray_tmp, home), timeout=120, check=False)
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        "warning: --replicas 2 cannot fail over: a change is acknowledged only once both replicas hold it (a majority "
+        "of 2), so losing either node stops each partition's keyed traffic until that node returns; use --replicas 3 "
+        "for failover",
+        "error: InvalidOperationError: replicas=2 needs 2 nodes with distinct stores (distinct ray-broker-store "
+        "labels where nodes have one); the cluster has 1. Add nodes, or start with replicas <= 1"], result.stderr

@@ -81,3 +81,30 @@ def test_without_the_amqp_extra_the_start_fails_at_once_and_starts_nothing(tmp_p
                                     "by the test)"), result.stderr
     assert took < 20, f"it failed after {took:.0f} s"
     assert made == ([], []), "a Ray was started, or something written"
+
+
+TWO_REPLICAS = r"^replicas=2 cannot fail over: .* losing either node stops each partition's keyed traffic until that " \
+               r"node returns; use replicas=3 for failover$"
+
+
+@pytest.mark.parametrize("how", ["sync", "async"])
+def test_two_replicas_are_warned_of(ray_instance: None, how: str) -> None:
+    """The session's one-node cluster then refuses them: the warning comes first."""
+    import asyncio
+    import warnings
+
+    import ray_broker.aio as rba
+
+    def start(replicas: int) -> None:
+        if how == "sync":
+            rb.start("two-replicas", durability="memory", replicas=replicas)
+        else:
+            asyncio.run(rba.start("two-replicas", durability="memory", replicas=replicas))
+
+    with pytest.warns(rb.errors.ReplicationWarning, match=TWO_REPLICAS):
+        with pytest.raises(rb.errors.InvalidOperationError, match="replicas=2 needs 2 nodes"):
+            start(2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", rb.errors.ReplicationWarning)
+        with pytest.raises(rb.errors.InvalidOperationError, match="replicas=3 needs 3 nodes"):
+            start(3)
