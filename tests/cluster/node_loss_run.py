@@ -30,6 +30,7 @@ import ray_broker.aio as rba
 from actors.handles import find_actor
 from ray_broker.config import NODE_DATA_DIR_ENV, STORE_LABEL
 from ray_broker.routing import partition_for_key
+from ray_broker.routing.health import AWAY_BACKOFF
 from spark_bridge.entity import Entity
 from spark_bridge.sending import send_spread
 from tests.cluster.scenario import interruptible
@@ -189,7 +190,7 @@ def lose_plain(cluster: Cluster, root: Path, ns: rb.Namespace, plain: Any, keys:
     result["plain_stores_after_return"] = _stores_of(root, on_plain)
     expected = set(held) | set(unkeyed) | {f"keyed-back-{k}" for k in resumed}
     received: list[str] = []
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + AWAY_BACKOFF.maximum + 30
     with ns.get_queue_receiver("q", max_wait_time=5) as receiver:
         while not expected <= set(received) and time.monotonic() < deadline:
             batch = receiver.receive_messages(100, max_wait_time=5)
@@ -271,7 +272,8 @@ def observe(root: Path, doubts: MovedInDoubtLog) -> dict[str, object]:
         sent_after_loss: dict[str, int] = result["sent_after_loss"]  # type: ignore[assignment]
         expected = PARTITIONS * PER_PARTITION + 30 + sum(sent_after_loss.values())
         received: list[str] = []
-        deadline = time.monotonic() + 90  # a client passes over partitions that stayed away for a while
+        # a client passes over a partition that stayed away for a while, up to the longest hold
+        deadline = time.monotonic() + AWAY_BACKOFF.maximum + 30
         with ns.get_queue_receiver("q", max_wait_time=5) as receiver:
             while len(received) < expected and time.monotonic() < deadline:
                 batch = receiver.receive_messages(100, max_wait_time=5)

@@ -21,12 +21,12 @@ import pytest
 from .node_loss_run import ASYNC_EVERY, BATCHES_AFTER_LOSS, PER_BATCH, SINK_EVERY
 from .scenario import Scenario
 
-pytestmark = [pytest.mark.ray, pytest.mark.timeout(700)]
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(960)]
 
 
 def cluster_scenario(long_run: bool) -> Scenario:
     """The node-loss scenario (one cluster for every test here)."""
-    return Scenario("tests.cluster.node_loss_run", timeout=660)
+    return Scenario("tests.cluster.node_loss_run", timeout=900)
 
 
 def test_a_lost_node_takes_only_its_partitions_away_and_brings_them_back(observed: dict[str, Any]) -> None:
