@@ -9,6 +9,7 @@ import enum
 import math
 import threading
 import time
+import uuid
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Iterable
@@ -25,7 +26,7 @@ from ..errors import (
     ServiceBusError,
     SessionLockLostError,
 )
-from ..message import Message, ReceivedMessage, schedule_time_epoch
+from ..message import Message, ReceivedMessage, envelope_from_wire, schedule_time_epoch
 from ..sku import Sku
 from ..wire import Settlement
 
@@ -177,10 +178,19 @@ def new_batch(sku: Sku, max_size_in_bytes: int | None) -> MessageBatch:
 
 
 def to_envelope(message: Any) -> dict[str, Any]:
-    """The envelope of one `Message`; anything else is a TypeError."""
+    """The envelope of one `Message`; anything else is a TypeError.
+
+    A message without a message id goes with a new one (uuid hex), as Service Bus, the CLI and the
+    AMQP front end give every message an id; the `Message` itself is left as it is. The new id is
+    the message's alone: it keys neither routing nor duplicate detection, so the message stays
+    unkeyed (spread over the partitions) as it was sent."""
     if not isinstance(message, Message):
         raise TypeError(f"expected a ray_broker.Message, got {type(message).__name__}")
-    return message.to_envelope()
+    if message.message_id is not None:
+        return message.to_envelope()
+    envelope = envelope_from_wire(dict(message.to_wire(), message_id=uuid.uuid4().hex))
+    del envelope["message_id"]  # routing and duplicate detection see the message as sent: no id
+    return envelope
 
 
 def envelopes_for_send(sku: Sku, messages: Any, *, schedule_at: float | None = None) -> list[dict[str, Any]]:

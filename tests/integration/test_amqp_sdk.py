@@ -658,3 +658,21 @@ def test_decimal_properties_reach_a_python_client_as_decimals(amqp_namespace: rb
         [message] = receiver.receive_messages(1)
         assert message.application_properties == {"price": Decimal("12.50")}
         receiver.complete_message(message)
+
+
+def test_the_python_client_gives_every_message_sent_without_an_id_one(amqp_namespace: rb.Namespace, conn_str: str,
+                                                                      queue: str) -> None:
+    with amqp_namespace.get_queue_sender(queue) as sender:
+        sender.send_messages([rb.Message("a"), rb.Message("b")])
+        [scheduled] = sender.schedule_messages(rb.Message("later"), datetime.now(timezone.utc) + timedelta(hours=1))
+    with amqp_namespace.get_queue_receiver(queue, max_wait_time=WAIT_S) as receiver:
+        peeked = receiver.peek_messages(3)
+    ids = [m.message_id for m in peeked]
+    assert len(set(ids)) == 3 and all(len(i) == 32 and int(i, 16) >= 0 for i in ids)
+    with ServiceBusClient.from_connection_string(conn_str) as client:
+        with client.get_queue_receiver(queue, max_wait_time=WAIT_S) as receiver:
+            assert [m.message_id for m in receiver.peek_messages(max_message_count=3)] == ids
+            for message in receive(receiver, 2):
+                receiver.complete_message(message)
+    with amqp_namespace.get_queue_sender(queue) as sender:
+        sender.cancel_scheduled_messages(scheduled)

@@ -164,6 +164,20 @@ def test_envelopes_for_a_message_a_list_and_a_batch() -> None:
             envelopes_for_send(STANDARD, bad)
 
 
+def test_a_message_sent_without_an_id_goes_with_a_new_one_that_keys_nothing() -> None:
+    from ray_broker import codec
+
+    plain, named = Message("a"), Message("b", message_id="mine")
+    batch = MessageBatch(1000)
+    batch.add_message(Message("c"))
+    envelopes = envelopes_for_send(STANDARD, [plain, named, plain]) + batch.envelopes
+    ids = [codec.unpackb(e["payload"])["message_id"] for e in envelopes]
+    assert ids[1] == "mine" and len({ids[0], ids[2], ids[3]}) == 3
+    assert all(len(i) == 32 and int(i, 16) >= 0 for i in (ids[0], ids[2], ids[3]))  # uuid hex, new each send
+    assert plain.message_id is None  # the caller's message is left as it is
+    assert ["message_id" in e for e in envelopes] == [False, True, False, False]  # unkeyed as sent
+
+
 def test_message_size_limits_per_tier() -> None:
     big = Message(b"x" * (300 * 1024))
     with pytest.raises(MessageSizeExceededError, match="per message"):
