@@ -9,6 +9,7 @@ callers without partition handles use it).
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import time
 import uuid
@@ -17,6 +18,7 @@ from typing import Any, Awaitable, Callable
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from ray_broker.auto_delete import idle_entities, last_use, watched
 from ray_broker.callers import Token, caller_gone_async
 from ray_broker.config import RAY_NAMESPACE, NamespaceConfig, spread_node
 from ray_broker.entities import (
@@ -63,6 +65,9 @@ from .handles import alive_nodes, find_actor, head_node
 from .leadership import DecidedElsewhere, ReplicaSets
 
 SWEEP_INTERVAL_S = 30.0
+"""How often a gateway drops idle receivers and (the first gateway) deletes idle entities."""
+AUTO_DELETE_TIMEOUT_S = 60.0
+logger = logging.getLogger("ray_broker.gateway")
 CALLER_CHECK_AFTER_S = 0.5
 """A receive that took longer than this (it waited) checks that its caller is still there."""
 MAX_SUBSCRIPTIONS_PER_TOPIC = 2000
@@ -92,7 +97,7 @@ class Gateway:
             "routing_table": self.routing_table, "partition_failed": self.partition_failed,
             "partition_unreachable": self.partition_unreachable,
             "shared_access_keys": self.keys.listed, "add_shared_access_key": self.keys.add,
-            "remove_shared_access_key": self.keys.remove,
+            "remove_shared_access_key": self.keys.remove, "delete_idle_entities": self.delete_idle_entities,
         }
         """The management operations the gateway serves itself, by name (data operations go to its router)."""
 
@@ -328,6 +333,28 @@ class Gateway:
         sessions = sorted({s for listed in found if listed is not None for s in listed})
         return {"sessions": sessions, "complete": None not in found}
 
+    async def delete_idle_entities(self, now: float | None = None) -> list[str]:
+        """Delete the entities that `auto_delete_on_idle` says have been idle long enough at `now`
+        (epoch seconds; default: now), as `ray_broker.auto_delete` decides from each partition's
+        last use of them; returns their names."""
+        definitions = await self.router.reach.any(ListEntities())
+        needed = watched(definitions)
+        uses: dict[str, float | None] = {}
+        for definition in definitions:
+            if str(definition["name"]).lower() in needed:
+                hosts = planner.hosts(definition, self.count)
+                counts = await asyncio.gather(*(self._ask_host(k, Runtime(definition["name"])) for k in hosts))
+                uses[str(definition["name"]).lower()] = last_use(None if c is None else c["accessed_at"]
+                                                                 for c in counts)
+        deleted: list[str] = []
+        for name in idle_entities(definitions, uses, time.time() if now is None else now):
+            try:
+                await self.delete_entity(name, AUTO_DELETE_TIMEOUT_S)
+            except MessagingEntityNotFoundError:
+                continue  # a subscription of a topic deleted just before
+            deleted.append(name)
+        return deleted
+
     async def _ask_host(self, k: int, request: Any) -> Any:
         """A partition's answer to a read, or None when it is unavailable (asking a partition the
         call found dead for good and made again once more)."""
@@ -349,6 +376,7 @@ class GatewayActor:
 
     def __init__(self, config: dict[str, Any], index: int = 0) -> None:
         self.gateway = Gateway(NamespaceConfig(**config), index)
+        self.index = index
         self._sweeper: asyncio.Task[None] | None = None
         self._watcher: asyncio.Task[None] | None = None
 
@@ -365,6 +393,14 @@ class GatewayActor:
         while True:
             await asyncio.sleep(SWEEP_INTERVAL_S)
             await self.gateway.router.receives.sweep_idle_receivers()
+            if self.index == 0:
+                try:
+                    deleted = await self.gateway.delete_idle_entities()
+                except Exception:  # noqa: BLE001 - the next round tries again
+                    logger.exception("deleting idle entities failed")
+                else:
+                    if deleted:
+                        logger.info("deleted idle entities (auto_delete_on_idle): %s", ", ".join(deleted))
 
     async def config(self) -> dict[str, Any]:
         """The namespace configuration."""

@@ -51,12 +51,15 @@ QUEUE_DEFAULTS: dict[str, Any] = {
     "max_size_in_megabytes": DEFAULT_MAX_SIZE_IN_MEGABYTES,
     "status": DEFAULT_STATUS,
     "user_metadata": None,
+    "auto_delete_on_idle": None,
+    "enable_express": False,
 }
 IMMUTABLE_QUEUE_OPTIONS = ("enable_partitioning", "requires_session", "requires_duplicate_detection")
-FIXED_QUEUE_PROPERTIES = ("auto_delete_on_idle", "max_message_size_in_kilobytes", "enable_batched_operations",
-                          "availability_status")
-"""`QueueProperties` fields that carry the SDK's names with values fixed here: queues are never
-auto-deleted, the message size limit is the tier's, operations are always batched."""
+FIXED_QUEUE_PROPERTIES = ("max_message_size_in_kilobytes", "enable_batched_operations", "availability_status")
+"""`QueueProperties` fields that carry the SDK's names with values fixed here: the message size
+limit is the tier's, operations are always batched."""
+MIN_AUTO_DELETE_ON_IDLE = timedelta(minutes=5)
+"""The shortest `auto_delete_on_idle` (Service Bus's)."""
 
 
 def check_entity_name(name: Any, what: str = "entity") -> str:
@@ -113,6 +116,8 @@ TOPIC_DEFAULTS: dict[str, Any] = {
     "max_size_in_megabytes": DEFAULT_MAX_SIZE_IN_MEGABYTES,
     "status": DEFAULT_STATUS,
     "user_metadata": None,
+    "auto_delete_on_idle": None,
+    "enable_express": False,
 }
 TOPIC_STATUSES = ("Active", "Disabled", "SendDisabled")
 IMMUTABLE_TOPIC_OPTIONS = ("enable_partitioning", "requires_duplicate_detection")
@@ -130,6 +135,7 @@ SUBSCRIPTION_DEFAULTS: dict[str, Any] = {
     "forward_dead_lettered_messages_to": None,
     "status": DEFAULT_STATUS,
     "user_metadata": None,
+    "auto_delete_on_idle": None,
 }
 SUBSCRIPTION_STATUSES = ("Active", "Disabled", "ReceiveDisabled")
 IMMUTABLE_SUBSCRIPTION_OPTIONS = ("requires_session",)
@@ -180,7 +186,7 @@ def normalize_subscription_options(options: Mapping[str, Any], *,
 
 
 _FLAGS = ("enable_partitioning", "requires_session", "requires_duplicate_detection",
-          "dead_lettering_on_message_expiration", "dead_lettering_on_filter_evaluation_exceptions")
+          "dead_lettering_on_message_expiration", "dead_lettering_on_filter_evaluation_exceptions", "enable_express")
 
 
 def _normalize(kind: str, defaults: Mapping[str, Any], statuses: tuple[str, ...], options: Mapping[str, Any],
@@ -197,6 +203,9 @@ def _normalize(kind: str, defaults: Mapping[str, Any], statuses: tuple[str, ...]
             result[key] = _seconds(key, value, 1.0, MAX_LOCK_SECONDS)
         elif key == "default_message_time_to_live":
             result[key] = None if value is None else _seconds(key, value, 1.0, MAX_DURATION_SECONDS)
+        elif key == "auto_delete_on_idle":
+            result[key] = None if value is None or value == timedelta.max else _seconds(
+                key, value, MIN_AUTO_DELETE_ON_IDLE.total_seconds(), MAX_DURATION_SECONDS)
         elif key == "max_delivery_count":
             result[key] = _positive_int(key, value, 2_000_000_000)
         elif key == "max_size_in_megabytes":
@@ -221,6 +230,8 @@ def _td(seconds: float | None) -> timedelta | None:
 
 
 _DURATION_OPTIONS = ("duplicate_detection_history_time_window", "lock_duration", "default_message_time_to_live")
+_NEVER_OPTIONS = ("auto_delete_on_idle",)
+"""Durations that say "never" with `timedelta.max` where the broker stores None (as the SDK's properties do)."""
 
 P = TypeVar("P")
 
@@ -229,7 +240,8 @@ def _properties(cls: type[P], definition: Mapping[str, Any], **fixed: Any) -> P:
     """A properties object from an entity's wire form: each option the class has a field for
     (durations as `timedelta`), the creation and update times, and the `fixed` fields."""
     names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
-    options = {key: _td(value) if key in _DURATION_OPTIONS else value
+    options = {key: _td(value) if key in _DURATION_OPTIONS else
+               (timedelta.max if value is None else timedelta(seconds=value)) if key in _NEVER_OPTIONS else value
                for key, value in definition["options"].items() if key in names}
     return cls(**options, created_at_utc=to_datetime(definition.get("created_at")),
                updated_at_utc=to_datetime(definition.get("updated_at")), **fixed)
@@ -254,6 +266,7 @@ class QueueProperties:
     status: str = DEFAULT_STATUS
     user_metadata: str | None = None
     auto_delete_on_idle: timedelta = timedelta.max
+    enable_express: bool = False
     max_message_size_in_kilobytes: int = 256
     enable_batched_operations: bool = True
     availability_status: str = "Available"
@@ -355,6 +368,7 @@ class TopicProperties:
     status: str = DEFAULT_STATUS
     user_metadata: str | None = None
     auto_delete_on_idle: timedelta = timedelta.max
+    enable_express: bool = False
     max_message_size_in_kilobytes: int = 256
     enable_batched_operations: bool = True
     support_ordering: bool = True

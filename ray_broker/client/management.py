@@ -55,6 +55,8 @@ class QueueOptions(TypedDict, total=False):
     max_size_in_megabytes: int
     status: str
     user_metadata: str | None
+    auto_delete_on_idle: timedelta | None
+    enable_express: bool
 
 
 def queue_definition(name: str) -> Flow[dict[str, Any]]:
@@ -132,6 +134,8 @@ class TopicOptions(TypedDict, total=False):
     max_size_in_megabytes: int
     status: str
     user_metadata: str | None
+    auto_delete_on_idle: timedelta | None
+    enable_express: bool
 
 
 class SubscriptionOptions(TypedDict, total=False):
@@ -148,6 +152,7 @@ class SubscriptionOptions(TypedDict, total=False):
     forward_dead_lettered_messages_to: str | None
     status: str
     user_metadata: str | None
+    auto_delete_on_idle: timedelta | None
 
 
 def entity_definition(name: str, kind: str) -> Flow[dict[str, Any]]:

@@ -131,10 +131,14 @@ class Namespace(NamespaceBase[Sender, Receiver, Transaction]):
                      dead_lettering_on_message_expiration: bool = False, forward_to: str | None = None,
                      forward_dead_lettered_messages_to: str | None = None,
                      max_size_in_megabytes: int = DEFAULT_MAX_SIZE_IN_MEGABYTES, status: str = DEFAULT_STATUS,
-                     user_metadata: str | None = None) -> QueueProperties:
+                     user_metadata: str | None = None, auto_delete_on_idle: timedelta | None = None,
+                     enable_express: bool = False) -> QueueProperties:
         """Create a queue (partitioned over every partition, or whole on one).
 
         `user_metadata` is free text kept with the queue (at most 1024 characters).
+        `auto_delete_on_idle` (at least 5 minutes; None: never) deletes the queue once it has been
+        idle that long: no send, receive, settlement or update. `enable_express` is kept and shown
+        (messages are stored as the namespace stores every message, never less durably).
         """
         options = {
             "enable_partitioning": enable_partitioning, "requires_session": requires_session,
@@ -145,6 +149,7 @@ class Namespace(NamespaceBase[Sender, Receiver, Transaction]):
             "dead_lettering_on_message_expiration": dead_lettering_on_message_expiration,
             "forward_to": forward_to, "forward_dead_lettered_messages_to": forward_dead_lettered_messages_to,
             "max_size_in_megabytes": max_size_in_megabytes, "status": status, "user_metadata": user_metadata,
+            "auto_delete_on_idle": auto_delete_on_idle, "enable_express": enable_express,
         }
         return self._run(management.create_queue(self.sku, queue_name, options))
 
@@ -156,9 +161,8 @@ class Namespace(NamespaceBase[Sender, Receiver, Transaction]):
         """Change a queue's settings (`enable_partitioning` and `requires_session` cannot change).
 
         Given a `QueueProperties` (as `get_queue` returns it, modified), the options that differ from
-        the queue's are the changes; its fixed fields (`auto_delete_on_idle`,
-        `max_message_size_in_kilobytes`, `enable_batched_operations`, `availability_status`) must
-        keep the values the queue has here.
+        the queue's are the changes; its fixed fields (`max_message_size_in_kilobytes`,
+        `enable_batched_operations`, `availability_status`) must keep the values the queue has here.
         """
         return self._run(management.update_queue(self.sku, properties_or_name, changes))
 
@@ -186,14 +190,18 @@ class Namespace(NamespaceBase[Sender, Receiver, Transaction]):
                      duplicate_detection_history_time_window: timedelta = DEFAULT_DUPLICATE_WINDOW,
                      default_message_time_to_live: timedelta | None = None,
                      max_size_in_megabytes: int = DEFAULT_MAX_SIZE_IN_MEGABYTES, status: str = DEFAULT_STATUS,
-                     user_metadata: str | None = None) -> TopicProperties:
+                     user_metadata: str | None = None, auto_delete_on_idle: timedelta | None = None,
+                     enable_express: bool = False) -> TopicProperties:
         """Create a topic (partitioned over every partition, or whole on one); its subscriptions
-        share its partitioning. `InvalidOperationError` on the basic tier."""
+        share its partitioning. `InvalidOperationError` on the basic tier. `auto_delete_on_idle`
+        and `enable_express` as for `create_queue` (a topic is idle while it gets no sends and no
+        update)."""
         options = {
             "enable_partitioning": enable_partitioning, "requires_duplicate_detection": requires_duplicate_detection,
             "duplicate_detection_history_time_window": duplicate_detection_history_time_window,
             "default_message_time_to_live": default_message_time_to_live,
             "max_size_in_megabytes": max_size_in_megabytes, "status": status, "user_metadata": user_metadata,
+            "auto_delete_on_idle": auto_delete_on_idle, "enable_express": enable_express,
         }
         return self._run(management.create_topic(self.sku, topic_name, options))
 
@@ -229,16 +237,18 @@ class Namespace(NamespaceBase[Sender, Receiver, Transaction]):
                             dead_lettering_on_filter_evaluation_exceptions: bool = True,
                             forward_to: str | None = None, forward_dead_lettered_messages_to: str | None = None,
                             status: str = DEFAULT_STATUS, user_metadata: str | None = None,
-                            rule: Any = None) -> SubscriptionProperties:
+                            rule: Any = None, auto_delete_on_idle: timedelta | None = None) -> SubscriptionProperties:
         """Create a subscription of a topic. `rule` is the filter of its "$Default" rule
-        (`SqlFilter`, `CorrelationFilter`, `TrueFilter` or `FalseFilter`; None gives a TrueFilter)."""
+        (`SqlFilter`, `CorrelationFilter`, `TrueFilter` or `FalseFilter`; None gives a TrueFilter).
+        `auto_delete_on_idle` as for `create_queue` (a subscription is idle while it gets no
+        receive, settlement or update)."""
         options = {
             "requires_session": requires_session, "lock_duration": lock_duration,
             "max_delivery_count": max_delivery_count, "default_message_time_to_live": default_message_time_to_live,
             "dead_lettering_on_message_expiration": dead_lettering_on_message_expiration,
             "dead_lettering_on_filter_evaluation_exceptions": dead_lettering_on_filter_evaluation_exceptions,
             "forward_to": forward_to, "forward_dead_lettered_messages_to": forward_dead_lettered_messages_to,
-            "status": status, "user_metadata": user_metadata,
+            "status": status, "user_metadata": user_metadata, "auto_delete_on_idle": auto_delete_on_idle,
         }
         return self._run(management.create_subscription(topic_name, subscription_name, options, rule))
 

@@ -81,13 +81,15 @@ def list_entities(state: PartitionState) -> list[dict[str, Any]]:
 
 
 def runtime(state: PartitionState, entity: str) -> dict[str, Any]:
-    """This partition's message counts and size for an entity."""
+    """This partition's message counts and size for an entity, and when it was last used here
+    (`accessed_at`, epoch seconds)."""
     frag = state.fragment(entity)
     with state.store.transaction():
         state.activate_due(state.clock.now(), frag)
     counts = {"active": 0, "dead_letter": 0, "scheduled": 0, "transfer": 0, "transfer_dead_letter": 0,
               "size": state.sizes.get(frag.key, 0),
-              "next_sequence": frag.seq_base | state.counters.get(_counter_key(frag.definition, frag.key), 1)}
+              "next_sequence": frag.seq_base | state.counters.get(_counter_key(frag.definition, frag.key), 1),
+              "accessed_at": state.accessed.get(frag.key, state.opened_at)}
     if frag.kind == "topic":
         counts["subscriptions"] = len(state.subscribers(frag))
     forwards = bool(frag.options.get("forward_to"))

@@ -129,6 +129,12 @@ class PartitionEngine:
 
     # ------------------------------------------------------------------ messages
 
+    def _used(self, entity: str) -> None:
+        """Note that `entity`, if it is here, is used now (see `PartitionState.accessed`)."""
+        key = entity.lower()
+        if key in self.state.definitions:
+            self.state.accessed[key] = self.state.clock.now()
+
     def send(self, entity: str, envelopes: Sequence[Mapping[str, Any]],
              producer: tuple[str, int] | None = None) -> list[int | None]:
         """Enqueue messages (or schedule those with a future scheduled time).
@@ -141,10 +147,12 @@ class PartitionEngine:
         this partition already stored returns the first reply and stores nothing (see
         `sending.send`).
         """
+        self._used(entity)
         return sending.send(self.state, entity, envelopes, producer)
 
     def cancel_scheduled(self, entity: str, sequence_numbers: Iterable[int]) -> None:
         """Delete scheduled messages; all must still be scheduled, or nothing is cancelled."""
+        self._used(entity)
         scheduling.cancel_scheduled(self.state, entity, sequence_numbers)
 
     def receive(self, entity: str, subq: int, max_count: int, mode: str = PEEK_LOCK,
@@ -153,6 +161,7 @@ class PartitionEngine:
 
         See `receiving.receive`.
         """
+        self._used(entity)
         return receiving.receive(self.state, entity, subq, max_count, mode, session, session_seen)
 
     def has_available(self, entity: str, subq: int, session_id: str | None = None, free_session: bool = False) -> bool:
@@ -166,11 +175,13 @@ class PartitionEngine:
         Returns one result per op: None on success, the new lock expiry for `renew`, or the
         `ServiceBusError` that op met (the others still apply).
         """
+        self._used(entity)
         return settling.settle(self.state, entity, subq, ops, session)
 
     def receive_deferred(self, entity: str, subq: int, sequence_numbers: Iterable[int], mode: str = PEEK_LOCK,
                          session: SessionRef | None = None) -> list[dict[str, Any]]:
         """Receive deferred messages by sequence number (locked, or removed in receive-and-delete)."""
+        self._used(entity)
         return receiving.receive_deferred(self.state, entity, subq, sequence_numbers, mode, session)
 
     def peek(self, entity: str, subq: int, from_sequence: int, max_count: int,
@@ -198,6 +209,7 @@ class PartitionEngine:
             transactions.check(state, transaction_id, deadline, operations)
             results: list[Any] = []
             for op in operations:
+                self._used(op.entity)
                 if isinstance(op, Send):
                     results.append(sending.send(state, op.entity, op.envelopes))
                     continue
@@ -234,10 +246,12 @@ class PartitionEngine:
         Returns `{"session_id", "lock_token", "locked_until"}`, or None when `session_id` is None
         and no session is free here.
         """
+        self._used(entity)
         return sessions.accept_session(self.state, entity, session_id)
 
     def renew_session(self, entity: str, session_id: str, token: bytes) -> float:
         """Extend a held session lock (and its messages' locks) by the entity's lock duration."""
+        self._used(entity)
         return sessions.renew_session(self.state, entity, session_id, token)
 
     def release_session(self, entity: str, session_id: str, token: bytes) -> None:
@@ -254,6 +268,7 @@ class PartitionEngine:
 
     def set_session_state(self, entity: str, session_id: str, token: bytes, state: bytes | None) -> None:
         """Replace the session's state blob (None clears it)."""
+        self._used(entity)
         sessions.set_session_state(self.state, entity, session_id, token, state)
 
     # ------------------------------------------------------------------ time

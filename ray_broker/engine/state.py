@@ -224,6 +224,12 @@ class PartitionState:
         dead-lettered here (metrics listen); the store transaction may still roll back."""
         self.last_housekeeping = clock.now()
         """When the previous housekeeping round ran (or the partition opened)."""
+        self.opened_at = clock.now()
+        """When this partition opened (the last use of an entity not used here since)."""
+        self.accessed: dict[str, float] = {}
+        """When each entity (by key) last had a send, receive, settlement or session operation
+        here since the partition opened: `auto_delete_on_idle` counts from the latest use on any
+        partition. Kept in memory; a reopened partition counts every entity as used at its opening."""
 
     # ------------------------------------------------------------------ entities
 

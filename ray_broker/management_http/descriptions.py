@@ -60,7 +60,7 @@ class DescriptionKind:
 _CODECS: Mapping[str, Codec] = {
     "LockDuration": TIMESPAN, "DefaultMessageTimeToLive": TIMESPAN, "DuplicateDetectionHistoryTimeWindow": TIMESPAN,
     "MaxSizeInMegabytes": COUNT, "MaxDeliveryCount": COUNT, "Status": TEXT, "UserMetadata": TEXT,
-    "ForwardTo": ENTITY, "ForwardDeadLetteredMessagesTo": ENTITY,
+    "ForwardTo": ENTITY, "ForwardDeadLetteredMessagesTo": ENTITY, "AutoDeleteOnIdle": TIMESPAN,
 }
 """The codec of each setting that is not a flag."""
 
@@ -71,8 +71,6 @@ def _settings(*elements: str) -> tuple[Setting, ...]:
 
 
 _BATCHED = Fixed("EnableBatchedOperations", FLAG, True, "the broker always batches store operations")
-_IDLE = Fixed("AutoDeleteOnIdle", TIMESPAN, None, "entities are never deleted when idle")
-_EXPRESS = Fixed("EnableExpress", FLAG, False, "express entities (kept in memory only) are not offered")
 _ANONYMOUS = Fixed("IsAnonymousAccessible", FLAG, False, "anonymous access is not offered")
 _ORDERING = Fixed("SupportOrdering", FLAG, True, "ordering cannot be switched off")
 _FILTERING = Fixed("FilteringMessagesBeforePublishing", FLAG, False, "filtering before publishing is not offered")
@@ -87,16 +85,17 @@ QUEUE = DescriptionKind(
     _settings("LockDuration", "MaxSizeInMegabytes", "RequiresDuplicateDetection", "RequiresSession",
               "DefaultMessageTimeToLive", "DeadLetteringOnMessageExpiration", "DuplicateDetectionHistoryTimeWindow",
               "MaxDeliveryCount", "Status", "EnablePartitioning", "ForwardTo", "UserMetadata",
-              "ForwardDeadLetteredMessagesTo"),
-    (_BATCHED, _ANONYMOUS, _ORDERING, _IDLE, _EXPRESS),
+              "ForwardDeadLetteredMessagesTo", "AutoDeleteOnIdle", "EnableExpress"),
+    (_BATCHED, _ANONYMOUS, _ORDERING),
     _RUNTIME,
     QUEUE_DEFAULTS,
 )
 TOPIC = DescriptionKind(
     "TopicDescription",
     _settings("DefaultMessageTimeToLive", "MaxSizeInMegabytes", "RequiresDuplicateDetection",
-              "DuplicateDetectionHistoryTimeWindow", "Status", "EnablePartitioning", "UserMetadata"),
-    (_BATCHED, _FILTERING, _ANONYMOUS, _ORDERING, _IDLE, _SUB_PARTITIONING, _EXPRESS),
+              "DuplicateDetectionHistoryTimeWindow", "Status", "EnablePartitioning", "UserMetadata",
+              "AutoDeleteOnIdle", "EnableExpress"),
+    (_BATCHED, _FILTERING, _ANONYMOUS, _ORDERING, _SUB_PARTITIONING),
     _RUNTIME | {"SubscriptionCount", "SqlFilterCount", "CorrelationFilterCount"},
     TOPIC_DEFAULTS,
 )
@@ -104,8 +103,8 @@ SUBSCRIPTION = DescriptionKind(
     "SubscriptionDescription",
     _settings("LockDuration", "RequiresSession", "DefaultMessageTimeToLive", "DeadLetteringOnMessageExpiration",
               "DeadLetteringOnFilterEvaluationExceptions", "MaxDeliveryCount", "Status", "ForwardTo",
-              "ForwardDeadLetteredMessagesTo", "UserMetadata"),
-    (_BATCHED, _IDLE),
+              "ForwardDeadLetteredMessagesTo", "UserMetadata", "AutoDeleteOnIdle"),
+    (_BATCHED,),
     _RUNTIME,
     SUBSCRIPTION_DEFAULTS,
 )

@@ -190,10 +190,10 @@ def test_errors_the_sdk_maps(admin: ServiceBusAdministrationClient, conn_str: st
         admin.create_queue(name)
     with pytest.raises(HttpResponseError, match="lock_duration"):
         admin.create_queue(unique("q"), lock_duration=timedelta(minutes=20))
-    with pytest.raises(HttpResponseError, match="AutoDeleteOnIdle .* not supported"):
-        admin.create_queue(unique("q"), auto_delete_on_idle=timedelta(minutes=10))
-    with pytest.raises(HttpResponseError, match="EnableExpress .* not supported"):
-        admin.create_topic(unique("t"), enable_express=True)
+    with pytest.raises(HttpResponseError, match="auto_delete_on_idle must be from 0:05:00"):
+        admin.create_queue(unique("q"), auto_delete_on_idle=timedelta(minutes=4))
+    with pytest.raises(HttpResponseError, match="EnableBatchedOperations .* not supported"):
+        admin.create_topic(unique("t"), enable_batched_operations=False)
     with pytest.raises(HttpResponseError, match="requires_session"):
         admin.update_queue(admin.get_queue(name), requires_session=True)
     topic = unique("t")
@@ -240,6 +240,44 @@ async def test_async_client(conn_str: str, amqp_namespace: rb.Namespace) -> None
         await admin.delete_queue(name)
         with pytest.raises(ResourceNotFoundError):
             await admin.get_queue(name)
+
+
+def test_auto_delete_on_idle_is_kept_shown_and_an_idle_entity_deleted(admin: ServiceBusAdministrationClient,
+                                                                      conn_str: str, amqp_namespace: rb.Namespace) -> None:
+    """The first gateway deletes, every 30 s, the entities idle for their `auto_delete_on_idle`:
+    no send, receive or settlement on any partition and no update for that long (asked here as of
+    a later time; a topic with its subscriptions); `enable_express` is kept and shown."""
+    import ray
+
+    idle, used, kept, topic = unique("idle"), unique("used"), unique("kept"), unique("t")
+    before = time.time()
+    admin.create_queue(idle, auto_delete_on_idle=timedelta(minutes=10), enable_express=True)
+    admin.create_queue(used, auto_delete_on_idle=timedelta(minutes=10))
+    admin.create_queue(kept)
+    admin.create_topic(topic, auto_delete_on_idle=timedelta(minutes=10))
+    admin.create_subscription(topic, "s", auto_delete_on_idle=timedelta(minutes=20))
+    shown = admin.get_queue(idle)
+    assert (shown.auto_delete_on_idle, shown.enable_express) == (timedelta(minutes=10), True)
+    assert admin.get_queue(kept).auto_delete_on_idle == timedelta(days=10_675_199, seconds=10_085,
+                                                                  microseconds=477_581)  # never, as .NET writes it
+    assert admin.get_subscription(topic, "s").auto_delete_on_idle == timedelta(minutes=20)
+    assert amqp_namespace.get_queue(idle).auto_delete_on_idle == timedelta(minutes=10)
+
+    gateway = ray.get_actor(amqp_namespace.config.gateway_name(0), namespace="ray_broker")
+    sweep = lambda now: sorted(ray.get(gateway.call.remote("delete_idle_entities", now)))  # noqa: E731
+    assert sweep(before + 590) == []
+    time.sleep(3)
+    used_at = time.time()
+    with ServiceBusClient.from_connection_string(conn_str) as client, client.get_queue_sender(used) as sender:
+        sender.send_messages(ServiceBusMessage("keeps it"))
+    assert sweep(used_at + 599) == sorted([idle, topic])
+    with pytest.raises(ResourceNotFoundError):
+        admin.get_queue(idle)
+    with pytest.raises(ResourceNotFoundError):
+        admin.get_subscription(topic, "s")
+    assert {used, kept} <= {q.name for q in admin.list_queues()}
+    assert sweep(time.time() + 700) == [used]
+    admin.delete_queue(kept)
 
 
 def test_the_same_connection_string_serves_amqp_after_management(admin: ServiceBusAdministrationClient,

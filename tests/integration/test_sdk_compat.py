@@ -81,11 +81,14 @@ def test_queue_properties_carry_the_sdk_fields_through_create_get_update(
     assert namespace.get_queue(queue_name).user_metadata is None
 
     properties = namespace.get_queue(queue_name)
-    properties.auto_delete_on_idle = timedelta(hours=1)
+    properties.max_message_size_in_kilobytes = 1024
     properties.max_delivery_count = 3
-    with pytest.raises(rb.errors.InvalidOperationError, match="auto_delete_on_idle"):
+    with pytest.raises(rb.errors.InvalidOperationError, match="max_message_size_in_kilobytes"):
         namespace.update_queue(properties)
     assert namespace.get_queue(queue_name).max_delivery_count == 7
+    properties = namespace.get_queue(queue_name)
+    properties.auto_delete_on_idle = timedelta(hours=1)
+    assert namespace.update_queue(properties).auto_delete_on_idle == timedelta(hours=1)
 
     with pytest.raises(rb.errors.InvalidArgumentError, match="user_metadata"):
         namespace.update_queue(queue_name, user_metadata="m" * 1025)

@@ -27,6 +27,8 @@ from ray_broker.entities import (
     QueueRuntimeProperties,
     check_entity_name,
     normalize_queue_options,
+    normalize_subscription_options,
+    normalize_topic_options,
 )
 from ray_broker.errors import InvalidArgumentError, InvalidOperationError
 from ray_broker.routing.health import AWAY_BACKOFF, MAX_BACKOFF_S, PartitionHealth
@@ -88,13 +90,28 @@ def test_durations_are_stored_in_seconds() -> None:
     ("user_metadata", "m" * 1025),
     ("user_metadata", 5),
     ("user_metadata", b"bytes"),
-    ("auto_delete_on_idle", timedelta(hours=1)),
+    ("auto_delete_on_idle", timedelta(minutes=4, seconds=59)),
+    ("auto_delete_on_idle", "PT10M"),
+    ("enable_express", 1),
     ("max_message_size_in_kilobytes", 1024),
 ])
 def test_out_of_range_options_are_invalid_arguments(option: str, value: Any) -> None:
     with pytest.raises(InvalidArgumentError) as info:
         normalize_queue_options({option: value})
     assert isinstance(info.value, ValueError) and isinstance(info.value, InvalidOperationError)
+
+
+def test_auto_delete_on_idle_is_an_option_of_every_kind_and_never_is_timedelta_max() -> None:
+    queue = normalize_queue_options({"auto_delete_on_idle": timedelta(minutes=10), "enable_express": True})
+    assert (queue["auto_delete_on_idle"], queue["enable_express"]) == (600.0, True)
+    assert normalize_topic_options({"auto_delete_on_idle": timedelta.max})["auto_delete_on_idle"] is None
+    assert normalize_subscription_options({"auto_delete_on_idle": 300})["auto_delete_on_idle"] == 300.0
+    props = QueueProperties.from_definition({"name": "q", "options": queue}, sku=get_sku("standard"))
+    assert (props.auto_delete_on_idle, props.enable_express) == (timedelta(minutes=10), True)
+    never = QueueProperties.from_definition({"name": "q", "options": normalize_queue_options({})},
+                                            sku=get_sku("standard"))
+    assert never.auto_delete_on_idle == timedelta.max and normalize_queue_options(never.changes()) == \
+        normalize_queue_options({})
 
 
 def test_update_starts_from_the_current_options() -> None:

@@ -98,8 +98,11 @@ def test_what_the_server_writes_reads_back_as_the_same_options() -> None:
                             forward_dead_lettered_messages_to="dlq-target", status="SendDisabled")
     description = atom.entry_content(request_body(write_description(QUEUE, queue, HOST, (KB,))),
                                      ["QueueDescription"])
-    written = {option: value for option, value in queue.changes().items() if value is not None}
-    assert read_options(QUEUE, description, (KB,)) == {**written, "default_message_time_to_live": timedelta(hours=2)}
+    written = {option: value for option, value in queue.changes().items()
+               if value is not None and option != "auto_delete_on_idle"}
+    read = read_options(QUEUE, description, (KB,))
+    assert read.pop("auto_delete_on_idle") is None and queue.auto_delete_on_idle == timedelta.max  # never, both ways
+    assert read == {**written, "default_message_time_to_live": timedelta(hours=2)}
     assert written["forward_dead_lettered_messages_to"] == "dlq-target" and "forward_to" not in written
 
 
@@ -131,13 +134,21 @@ def test_read_only_properties_are_passed_over_and_settings_read() -> None:
                                               CreatedAt="2026-01-01T00:00:00Z", EnableBatchedOperations="true",
                                               AutoDeleteOnIdle=NEVER, ForwardTo="sb://host/target"), (KB,))
     assert options == {"lock_duration": timedelta(seconds=45), "max_delivery_count": 4, "enable_partitioning": True,
-                       "forward_to": "target"}
+                       "forward_to": "target", "auto_delete_on_idle": None}
+
+
+def test_auto_delete_on_idle_and_express_are_read_and_shown_in_the_sdk() -> None:
+    options = read_options(QUEUE, description("QueueDescription", AutoDeleteOnIdle="PT10M1S", EnableExpress="true"),
+                           (KB,))
+    assert options == {"auto_delete_on_idle": timedelta(minutes=10, seconds=1), "enable_express": True}
+    queue = QueueProperties("orders", auto_delete_on_idle=timedelta(minutes=10), enable_express=True)
+    entry = QueueDescriptionEntry.deserialize(as_entry("orders", write_description(QUEUE, queue, HOST, (KB,))))
+    sdk = SdkQueueProperties._from_internal_entity("orders", entry.content.queue_description)
+    assert (sdk.auto_delete_on_idle, sdk.enable_express) == (timedelta(minutes=10), True)
 
 
 @pytest.mark.parametrize("element,text,message", [
-    ("AutoDeleteOnIdle", "PT10M", "AutoDeleteOnIdle 'PT10M' is not supported: entities are never deleted"),
     ("EnableBatchedOperations", "false", "EnableBatchedOperations 'false' is not supported"),
-    ("EnableExpress", "true", "EnableExpress 'true' is not supported"),
     ("MaxMessageSizeInKilobytes", "1024", "the message size limit is the tier's, 256 KB"),
     ("Colour", "blue", "Colour is not a property of a QueueDescription"),
     ("MaxDeliveryCount", "many", "MaxDeliveryCount must be a whole number"),
@@ -205,8 +216,9 @@ def test_an_update_unsets_what_its_description_leaves_out_that_can_be_unset() ->
     options = read_options(SUBSCRIPTION, description("SubscriptionDescription", MaxDeliveryCount="3"))
     assert replacement(SUBSCRIPTION, options) == {"max_delivery_count": 3, "default_message_time_to_live": None,
                                                   "forward_to": None, "forward_dead_lettered_messages_to": None,
-                                                  "user_metadata": None}
-    assert replacement(TOPIC, {"user_metadata": "m"}) == {"default_message_time_to_live": None, "user_metadata": "m"}
+                                                  "user_metadata": None, "auto_delete_on_idle": None}
+    assert replacement(TOPIC, {"user_metadata": "m"}) == {"default_message_time_to_live": None, "user_metadata": "m",
+                                                          "auto_delete_on_idle": None}
 
 
 @pytest.mark.parametrize("kind,defaults", [(QUEUE, QUEUE_DEFAULTS), (TOPIC, TOPIC_DEFAULTS),

@@ -35,7 +35,7 @@ def test_runtime_counts_every_kind_of_message(broker: Broker) -> None:
     counts = broker.engine.runtime("q")
     expected_size = sum(int(r[0]) for r in broker.engine.db.execute("SELECT size FROM messages"))
     assert counts == {"active": 3, "dead_letter": 1, "scheduled": 1, "transfer": 0, "transfer_dead_letter": 0,
-                      "size": expected_size, "next_sequence": 6}
+                      "size": expected_size, "next_sequence": 6, "accessed_at": broker.clock.now()}
 
 
 def test_size_follows_sends_and_removals(broker: Broker) -> None:

@@ -158,4 +158,5 @@ def test_housekeeping_works_beside_entities_homed_on_other_partitions(make_broke
     broker.clock.advance(10)
     assert broker.engine.housekeeping() is True
     assert broker.engine.runtime(here) == {"active": 0, "dead_letter": 0, "scheduled": 0, "transfer": 0,
-                                           "transfer_dead_letter": 0, "size": 0, "next_sequence": 4}
+                                           "transfer_dead_letter": 0, "size": 0, "next_sequence": 4,
+                                           "accessed_at": broker.clock.now() - 16}

@@ -131,5 +131,6 @@ def test_an_error_leaving_a_unit_of_work_undoes_all_of_it(broker: Broker) -> Non
         broker.send("q", "a")
         raise RuntimeError("stop")
     assert broker.engine.runtime("q") == {"active": 0, "dead_letter": 0, "scheduled": 0, "transfer": 0,
-                                          "transfer_dead_letter": 0, "size": 0, "next_sequence": 1}
+                                          "transfer_dead_letter": 0, "size": 0, "next_sequence": 1,
+                                          "accessed_at": broker.clock.now()}  # the send was tried
     assert broker.send("q", "b") == [1]
