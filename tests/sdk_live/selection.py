@@ -21,13 +21,17 @@ NEEDS_AZURE: dict[str, str] = {}
 AMQP port, WebSockets) and cannot pass against a local broker, each with its reason."""
 
 GROUPS: tuple[tuple[str, ...], ...] = (
-    ("async_tests/",),
-    ("mgmt_tests/",),
-    ("test_list_sessions.py", "test_message.py", "test_queues.py", "test_sb_client.py", "test_sessions.py",
-     "test_subscriptions.py", "test_topic.py"),
+    ("async_tests/test_queues_async.py",),
+    ("test_queues.py",),
+    ("async_tests/test_list_sessions_async.py", "async_tests/test_sb_client_async.py",
+     "async_tests/test_sessions_async.py", "async_tests/test_subscriptions_async.py",
+     "async_tests/test_topic_async.py", "mgmt_tests/"),
+    ("test_list_sessions.py", "test_message.py", "test_sb_client.py", "test_sessions.py", "test_subscriptions.py",
+     "test_topic.py"),
 )
 """How a full run splits the live tests into groups run at once, each against a namespace of its
-own (the management tests delete every queue and topic of theirs; the others mostly wait)."""
+own (most tests wait more than they work). A group runs its tests one at a time, so the
+management tests, which delete every queue and topic of their namespace, disturb no other test."""
 
 FAST: tuple[str, ...] = ()
 """SDK tests that pass here and take seconds: the subset CI runs (tests/sdk_live/test_sdk_live.py)."""
