@@ -40,6 +40,20 @@ def entity_reference(host: str, path: str | None) -> str | None:
     return None if path is None else f"sb://{host}/{path}"
 
 
+def amqp_address(host: str, amqp_port: int | None) -> str:
+    """The namespace's address as its connection string names it: the host name a request was
+    sent to (`host`, host:port) with the namespace's AMQP port, whichever port the request came to
+    (the management port too). `host` as it is without an AMQP port.
+
+    >>> amqp_address("localhost:5300", 5672), amqp_address("[::1]:5300", 5672), amqp_address("bus", 5672)
+    ('localhost:5672', '[::1]:5672', 'bus:5672')
+    """
+    if amqp_port is None:
+        return host
+    name = urlsplit(f"//{host}").hostname or host
+    return f"[{name}]:{amqp_port}" if ":" in name else f"{name}:{amqp_port}"
+
+
 def referenced_path(text: str) -> str | None:
     """The entity path a forwarding target names, whether `sb://host/<path>` or the bare path; None
     for an empty text."""

@@ -27,6 +27,7 @@ from ..errors import (
 )
 from . import atom
 from .authorization import authorize, check_forwarding
+from .codecs import amqp_address
 from .descriptions import (
     DEFAULT_RULE_ELEMENTS,
     QUEUE,
@@ -146,6 +147,7 @@ class ManagementService:
 
     async def _serve(self, target: Route, request: Request, host: str, keys: tuple[SasKey, ...]) -> Reply:
         base = f"https://{host}"
+        host = amqp_address(host, self._namespace.config.amqp_port)  # forwarding targets name the AMQP address
         if target.resource is Resource.NAMESPACE:
             return self._entry_reply(200, atom.entry(base, "$namespaceinfo", self._namespace.config.name,
                                                      self._namespace_info(), None))

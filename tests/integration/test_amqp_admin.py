@@ -8,6 +8,7 @@ All tests share one namespace that serves AMQP on a free port."""
 from __future__ import annotations
 
 import json
+import re
 import time
 import uuid
 from datetime import timedelta
@@ -377,6 +378,30 @@ def test_named_keys_count_at_once_for_the_management_api(amqp_namespace: rb.Name
 
 QUEUE_ENTRY = (b'<entry xmlns="http://www.w3.org/2005/Atom"><content type="application/xml"><QueueDescription '
                b'xmlns="http://schemas.microsoft.com/netservices/2010/10/servicebus/connect"/></content></entry>')
+
+
+def test_forwarding_targets_name_the_amqp_address_whichever_port_is_asked(ray_instance: None) -> None:
+    """A forwarding target shows as `sb://<host>:<AMQP port>/<entity>`, the namespace's address as
+    its connection string names it, also when the management port answers (not its own port)."""
+    name, target, source = unique("fwd"), unique("target"), unique("source")
+    amqp_port = free_port()
+    management_port = next(port for port in iter(free_port, None) if port != amqp_port)
+    ns = rb.start(name, sku="premium", partitions=1, durability="memory", amqp_port=amqp_port,
+                  management_port=management_port)
+    try:
+        key = ns.config.shared_access_keys()[0]
+        auth = {"Authorization": make_token(f"http://localhost:{management_port}", key.name, key.key,
+                                            int(time.time()) + 600)}
+        assert raw_request(management_port, "PUT", f"/{target}", auth, QUEUE_ENTRY)[0] == 201
+        forwarding = QUEUE_ENTRY.replace(b'connect"/>', b'connect"><ForwardTo>' + target.encode()
+                                         + b"</ForwardTo></QueueDescription>")
+        status, body = raw_request(management_port, "PUT", f"/{source}", auth, forwarding)
+        assert status == 201, body
+        expected = re.compile(f"ForwardTo>sb://localhost:{amqp_port}/{target}</".encode())
+        assert expected.search(body), body
+        assert expected.search(raw_request(management_port, "GET", f"/{source}", auth)[1])
+    finally:
+        rb.stop(name)
 
 
 def test_a_management_port_serves_the_api_over_plain_http_alone(ray_instance: None,

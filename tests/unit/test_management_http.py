@@ -15,6 +15,7 @@ from ray_broker.amqp.sas import LISTEN, MANAGE, SEND, make_token, new_key
 from ray_broker.errors import InvalidArgumentError, MessagingEntityNotFoundError, UnauthorizedError
 from ray_broker.management_http.authorization import authorize, check_forwarding
 from ray_broker.management_http.certificate import certificate_path, ensure_certificate, server_context
+from ray_broker.management_http.codecs import amqp_address
 from ray_broker.management_http.http import serve_http
 from ray_broker.management_http.listener import SniffingListener
 from ray_broker.management_http.routes import MethodNotAllowedError, Resource, is_health_check, route
@@ -240,3 +241,10 @@ def test_serving_tls_needs_a_tls_context() -> None:
 def test_a_health_probe_is_get_health_without_a_token(method: str, target: str, headers: dict[str, str],
                                                       probe: bool) -> None:
     assert is_health_check(method, target, headers) is probe
+
+
+@pytest.mark.parametrize("host,port,address", [("localhost:5300", 5672, "localhost:5672"),
+                                               ("[::1]:5300", 5672, "[::1]:5672"), ("bus.example", 5672, "bus.example:5672"),
+                                               ("localhost:5300", None, "localhost:5300")])
+def test_forwarding_targets_name_the_amqp_address(host: str, port: int | None, address: str) -> None:
+    assert amqp_address(host, port) == address
