@@ -1,9 +1,10 @@
-"""msgpack encoding of message payloads, with extension types for datetime, UUID and Decimal."""
+"""msgpack encoding of message payloads, with extension types for datetime, UUID, Decimal and timedelta
+(a rule's duration parameters)."""
 from __future__ import annotations
 
 import threading
 import uuid
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -12,6 +13,7 @@ import msgpack
 _EXT_DATETIME = 1
 _EXT_UUID = 2
 _EXT_DECIMAL = 3
+_EXT_TIMEDELTA = 4
 
 
 def _default(value: Any) -> msgpack.ExtType:
@@ -21,6 +23,8 @@ def _default(value: Any) -> msgpack.ExtType:
         return msgpack.ExtType(_EXT_UUID, value.bytes)
     if isinstance(value, Decimal):
         return msgpack.ExtType(_EXT_DECIMAL, str(value).encode("ascii"))
+    if isinstance(value, timedelta):
+        return msgpack.ExtType(_EXT_TIMEDELTA, f"{value.days},{value.seconds},{value.microseconds}".encode("ascii"))
     raise TypeError(f"cannot encode a value of type {type(value).__name__}")
 
 
@@ -31,6 +35,9 @@ def _ext_hook(code: int, data: bytes) -> Any:
         return uuid.UUID(bytes=data)
     if code == _EXT_DECIMAL:
         return Decimal(data.decode("ascii"))
+    if code == _EXT_TIMEDELTA:
+        days, seconds, microseconds = (int(part) for part in data.decode("ascii").split(","))
+        return timedelta(days=days, seconds=seconds, microseconds=microseconds)
     return msgpack.ExtType(code, data)
 
 

@@ -13,7 +13,7 @@ from typing import Any, Mapping, Union
 
 from ..errors import InvalidArgumentError
 from .sql import compile_action, compile_condition
-from .values import PROPERTY_TYPES_TEXT, describe, is_property_value
+from .values import PARAMETER_TYPES_TEXT, describe, is_parameter_value
 
 DEFAULT_RULE_NAME = "$Default"
 """The name of the rule every new subscription gets."""
@@ -171,9 +171,9 @@ class CorrelationFilter:
         for key, value in props.items():
             if not isinstance(key, str) or not key:
                 raise InvalidArgumentError(f"CorrelationFilter property names must be non-empty str, not {key!r}")
-            if not is_property_value(value):
+            if not is_parameter_value(value):
                 raise InvalidArgumentError(
-                    f"CorrelationFilter property {key!r} is {describe(value)}; properties take {PROPERTY_TYPES_TEXT}")
+                    f"CorrelationFilter property {key!r} is {describe(value)}; properties take {PARAMETER_TYPES_TEXT}")
         if not props and all(value is None for value in given.values()):
             raise InvalidArgumentError(
                 "a CorrelationFilter needs at least one field or property to compare; use TrueFilter() to match "

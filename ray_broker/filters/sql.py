@@ -67,9 +67,9 @@ def normalize_parameters(parameters: Mapping[str, Any] | None, owner: str) -> di
         if not isinstance(key, str) or not key.lstrip("@"):
             raise InvalidArgumentError(
                 f"{owner} parameter names must be non-empty strings such as '@color', not {key!r}")
-        if not values.is_property_value(value):
+        if not values.is_parameter_value(value):
             raise InvalidArgumentError(
-                f"{owner} parameter {key!r} is {describe(value)}; parameters take {values.PROPERTY_TYPES_TEXT}")
+                f"{owner} parameter {key!r} is {describe(value)}; parameters take {values.PARAMETER_TYPES_TEXT}")
         name = key.lstrip("@").lower()
         if name in normalized:
             raise InvalidArgumentError(f"{owner} parameter @{name} is given twice (names ignore case and a leading @)")

@@ -11,16 +11,16 @@ import math
 import operator
 import re
 import uuid
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any, Callable
 
 _INT_MIN = -(1 << 63)
 _INT_MAX = (1 << 63) - 1
 _NUMBER_TYPES = (int, float)
 _FAST_TYPES = frozenset({str, int, float})
-_ORDERED_KINDS = frozenset({"number", "string", "datetime"})
+_ORDERED_KINDS = frozenset({"number", "string", "datetime", "duration"})
 KIND_NAMES = {"number": "a number", "string": "a string", "bool": "a boolean", "datetime": "a datetime",
-               "uuid": "a uuid", "bytes": "bytes", "null": "NULL"}
+              "uuid": "a uuid", "bytes": "bytes", "null": "NULL", "duration": "a duration"}
 _COMPARISONS: dict[str, Callable[[Any, Any], bool]] = {
     "=": operator.eq, "<>": operator.ne, "!=": operator.ne,
     ">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le,
@@ -40,7 +40,8 @@ class FilterEvaluationError(Exception):
 
 
 def kind_of(value: Any) -> str | None:
-    """The kind of a property value: number, string, bool, datetime, uuid, bytes or null.
+    """The kind of a property value: number, string, bool, datetime, uuid, bytes or null; or of a
+    rule parameter, which may also be a duration.
 
     `None` for a value of any other type (such a value is never equal to anything).
     """
@@ -59,6 +60,8 @@ def kind_of(value: Any) -> str | None:
         return "uuid"
     if isinstance(value, bytes):
         return "bytes"
+    if isinstance(value, timedelta):
+        return "duration"
     return None
 
 
@@ -230,10 +233,20 @@ def is_property_value(value: Any) -> bool:
     kind = kind_of(value)
     if kind == "number" and type(value) is int:
         return _INT_MIN <= value <= _INT_MAX
-    return kind is not None
+    return kind is not None and kind != "duration"
 
 
 PROPERTY_TYPES_TEXT = "str, bytes, int (64-bit), float, bool, None, datetime or uuid.UUID"
+
+
+def is_parameter_value(value: Any) -> bool:
+    """Whether a rule's parameter or correlation property can hold `value`: what a message
+    property can, or a timedelta (Service Bus's duration type, which the management API carries;
+    no message property holds one, so it matches no message property)."""
+    return isinstance(value, timedelta) or is_property_value(value)
+
+
+PARAMETER_TYPES_TEXT = "str, bytes, int (64-bit), float, bool, None, datetime, uuid.UUID or timedelta"
 
 
 def check_property_value(value: Any, target: str) -> Any:

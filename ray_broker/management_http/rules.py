@@ -4,13 +4,14 @@ SQL, correlation, true and false filters, SQL actions, and their typed parameter
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any, Callable, Mapping
 
 from ..errors import InvalidArgumentError
 from ..filters import CorrelationFilter, FalseFilter, Filter, RuleProperties, SqlFilter, SqlRuleAction, TrueFilter
 from .atom import XSD, XSI_TYPE, sb, timestamp
 from .descriptions import local_name
+from .durations import format_duration, parse_duration
 
 COMPATIBILITY_LEVEL = "20"
 CORRELATION_FIELDS = (("CorrelationId", "correlation_id"), ("MessageId", "message_id"), ("To", "to"),
@@ -25,7 +26,14 @@ _VALUE_READERS: Mapping[str, Callable[[str], Any]] = {
     "double": float,
     "boolean": lambda text: text.strip().lower() == "true",
     "dateTime": lambda text: datetime.fromisoformat(text.strip().replace("Z", "+00:00")),
+    "duration": lambda text: _duration(text),
 }
+
+
+def _duration(text: str) -> timedelta:
+    """A duration value (ISO 8601); Service Bus's "never" as `timedelta.max`."""
+    seconds = parse_duration(text, "a duration")
+    return timedelta.max if seconds is None else timedelta(seconds=seconds)
 
 
 def _child_text(element: ET.Element, name: str) -> str | None:
@@ -54,7 +62,7 @@ def read_key_values(parent: ET.Element | None) -> dict[str, Any] | None:
                                        f"supported; use one of {', '.join(_VALUE_READERS)}")
         try:
             pairs[key.text] = _VALUE_READERS[kind](value.text or "")
-        except ValueError:
+        except (ValueError, InvalidArgumentError):
             raise InvalidArgumentError(f"{local_name(parent.tag)} {key.text!r}: {value.text!r} is not a "
                                        f"{kind}") from None
     return pairs
@@ -68,7 +76,11 @@ def _value_type(value: Any) -> tuple[str, str]:
     if isinstance(value, float):
         return "double", repr(value)
     if isinstance(value, datetime):
+        if value.tzinfo is None:
+            return "dateTime", value.isoformat()  # as it was sent: without a zone
         return "dateTime", value.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+    if isinstance(value, timedelta):
+        return "duration", format_duration(value.total_seconds())
     return "string", str(value)
 
 

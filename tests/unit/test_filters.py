@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pickle
 import uuid
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -14,6 +14,7 @@ from ray_broker.filters import (DEFAULT_RULE_NAME, CorrelationFilter, FalseFilte
                                 RuleProperties, SqlFilter, SqlRuleAction, TrueFilter, action_from_wire,
                                 check_rule_name, compile_rules, filter_from_wire, rule_from_wire, rule_to_wire)
 from ray_broker.filters.properties import MessageView
+from ray_broker.message import Message
 from ray_broker.filters.sql import compile_action, compile_condition
 
 ID = uuid.UUID("12345678-1234-5678-1234-567812345678")
@@ -441,6 +442,7 @@ EXAMPLES = [
     TrueFilter(),
     FalseFilter(),
     CorrelationFilter(correlation_id="c", label="l", properties={"n": 1, "b": b"\x00", "u": ID}),
+    CorrelationFilter(correlation_id="c", properties={"wait": timedelta(days=1, hours=2, minutes=3)}),
     SqlRuleAction("SET a = 1; REMOVE b"),
     SqlRuleAction("SET a = @v", {"v": 2.5}),
     RuleProperties("r1", CorrelationFilter(to="t"), SqlRuleAction("SET a = 1"),
@@ -521,3 +523,10 @@ def test_correlation_filter_label_alias() -> None:
     correlation = CorrelationFilter(label="orders")
     assert correlation.subject == correlation.label == "orders"
     assert CorrelationFilter(subject="x", label="x") == CorrelationFilter(subject="x")
+
+
+def test_a_duration_parameter_is_kept_compares_with_durations_and_no_message_property_holds_one() -> None:
+    assert matches("@a < @b", parameters={"@a": timedelta(minutes=1), "@b": timedelta(hours=1)})
+    assert not matches("wait = @w", {"application_properties": {"wait": 60}}, {"@w": timedelta(minutes=1)})
+    with pytest.raises(TypeError, match="has type timedelta"):
+        Message("m", application_properties={"wait": timedelta(minutes=1)})

@@ -225,3 +225,18 @@ def test_an_update_unsets_what_its_description_leaves_out_that_can_be_unset() ->
                                            (SUBSCRIPTION, SUBSCRIPTION_DEFAULTS)], ids=lambda k: getattr(k, "element", ""))
 def test_every_broker_option_has_its_setting(kind: object, defaults: dict[str, object]) -> None:
     assert sorted(s.option for s in kind.settings) == sorted(defaults)  # type: ignore[attr-defined]
+
+
+def test_duration_and_zoneless_datetime_values_read_back_in_the_sdk_as_they_were_sent() -> None:
+    sent = {"key_duration": timedelta(days=1, hours=2, minutes=3), "key_datetime": datetime(2020, 7, 5, 11, 12, 13),
+            "key_aware": datetime(2020, 7, 5, 11, 12, 13, tzinfo=timezone.utc), "never": timedelta.max}
+    rule = RuleProperties("typed", CorrelationFilter(correlation_id="c", properties=sent),
+                          SqlRuleAction("SET Priority = @param", {"@param": timedelta(minutes=5)}))
+    entry_element = as_entry(rule.name, write_rule(rule))
+    assert read_rule(entry_element.find(f"{atom.atom('content')}/{atom.sb('RuleDescription')}"), rule.name) == rule
+    sdk = SdkRuleProperties._from_internal_entity(
+        rule.name, RuleDescriptionEntry.deserialize(entry_element).content.rule_description)
+    deserialize_rule_key_values(entry_element, sdk)
+    assert {k: v for k, v in sdk.filter.properties.items() if k != "never"} == \
+        {k: v for k, v in sent.items() if k != "never"}
+    assert sdk.action.parameters == {"@param": timedelta(minutes=5)}
