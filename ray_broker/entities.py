@@ -429,6 +429,9 @@ class SubscriptionRuntimeProperties(QueueRuntimeProperties):
 class TopicRuntimeProperties(QueueRuntimeProperties):
     """A topic's counts: its scheduled messages, the bytes it stores (each message once, however
     many subscriptions hold it) and its subscriptions; `active_message_count` is 0, as messages
-    move on to the subscriptions."""
+    move on to the subscriptions; and how many of its subscriptions' rules have SQL filters (true
+    and false filters too, as Service Bus counts them) and correlation filters."""
 
     subscription_count: int = 0
+    sql_filter_count: int = 0
+    correlation_filter_count: int = 0

@@ -31,7 +31,15 @@ from ..errors import (
     MessagingEntityNotFoundError,
     PartitionUnavailableError,
 )
-from ..filters import DEFAULT_RULE_NAME, RuleProperties, TrueFilter, check_rule_name, rule_from_wire, rule_to_wire
+from ..filters import (
+    DEFAULT_RULE_NAME,
+    CorrelationFilter,
+    RuleProperties,
+    TrueFilter,
+    check_rule_name,
+    rule_from_wire,
+    rule_to_wire,
+)
 from ..sku import Sku
 from .flow import Flow, request
 
@@ -210,12 +218,18 @@ def list_topics(sku: Sku) -> Flow[list[TopicProperties]]:
 
 
 def topic_runtime_properties(topic_name: str) -> Flow[TopicRuntimeProperties]:
-    """A topic's scheduled messages, stored bytes and subscription count, summed over partitions."""
+    """A topic's scheduled messages, stored bytes and subscription count, summed over partitions,
+    and its subscriptions' rules by kind of filter (SQL, true and false filters; correlation filters)."""
     yield from entity_definition(topic_name, "topic")
     reply = yield request("runtime", topic_name, timeout=MANAGEMENT_TIMEOUT_S)
     props = TopicRuntimeProperties.aggregate(reply["definition"]["name"], reply["partitions"], reply["definition"])
     counts = [c["subscriptions"] for c in reply["partitions"].values() if c is not None]
     props.subscription_count = max(counts, default=0)
+    subscriptions = yield request("list_entities", "subscription", timeout=MANAGEMENT_TIMEOUT_S)
+    filters = [rule_from_wire(rule).filter for d in subscriptions if d["topic"].lower() == topic_name.lower()
+               for rule in d.get("rules", ())]
+    props.correlation_filter_count = sum(isinstance(f, CorrelationFilter) for f in filters)
+    props.sql_filter_count = len(filters) - props.correlation_filter_count
     return props
 
 

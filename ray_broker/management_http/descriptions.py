@@ -229,3 +229,5 @@ def write_runtime(element: ET.Element, runtime: QueueRuntimeProperties) -> None:
         ET.SubElement(details, f"{{{SB_COUNTS}}}{name}").text = str(count)
     if isinstance(runtime, TopicRuntimeProperties):
         ET.SubElement(element, sb("SubscriptionCount")).text = str(runtime.subscription_count)
+        ET.SubElement(element, sb("SqlFilterCount")).text = str(runtime.sql_filter_count)
+        ET.SubElement(element, sb("CorrelationFilterCount")).text = str(runtime.correlation_filter_count)

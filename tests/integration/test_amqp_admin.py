@@ -160,7 +160,8 @@ def test_topic_subscription_and_rules(admin: ServiceBusAdministrationClient, con
                               ServiceBusMessage("low", application_properties={"priority": 1})])
     runtime = admin.get_subscription_runtime_properties(topic, sub)
     assert runtime.active_message_count == 1
-    assert admin.get_topic_runtime_properties(topic).subscription_count == 1
+    counted = admin.get_topic_runtime_properties(topic)
+    assert (counted.subscription_count, counted.sql_filter_count, counted.correlation_filter_count) == (1, 2, 0)
     assert [r.active_message_count for r in admin.list_subscriptions_runtime_properties(topic)] == [1]
     assert topic in {t.name for t in admin.list_topics_runtime_properties()}
     with ServiceBusClient.from_connection_string(conn_str) as client:

@@ -203,6 +203,8 @@ def test_topic_and_subscription_management(namespace: rb.Namespace, topic_name: 
                                  action=rb.SqlRuleAction("SET user.seen = TRUE"))
     assert namespace.get_rule(topic_name, "audit", "tagged") == rule
     assert rule.filter.correlation_id == "c-1" and rule.action.sql_expression == "SET user.seen = TRUE"
+    counted = namespace.get_topic_runtime_properties(topic_name)
+    assert (counted.sql_filter_count, counted.correlation_filter_count) == (2, 1)  # two $Default rules, "tagged"
     with pytest.raises(rb.errors.MessagingEntityAlreadyExistsError):
         namespace.create_rule(topic_name, "audit", "tagged")
     namespace.delete_rule(topic_name, "audit", "tagged")

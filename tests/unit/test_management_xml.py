@@ -108,10 +108,12 @@ def test_what_the_server_writes_reads_back_as_the_same_options() -> None:
 
 def test_topic_and_subscription_descriptions_read_in_the_sdk() -> None:
     topic = TopicProperties("news", max_size_in_megabytes=2048, created_at_utc=CREATED)
-    runtime = TopicRuntimeProperties("news", scheduled_message_count=4, subscription_count=2)
+    runtime = TopicRuntimeProperties("news", scheduled_message_count=4, subscription_count=2, sql_filter_count=3,
+                                     correlation_filter_count=1)
     entry = TopicDescriptionEntry.deserialize(as_entry("news", write_description(TOPIC, topic, HOST, (KB,), runtime)))
     counts = SdkTopicRuntimeProperties._from_internal_entity("news", entry.content.topic_description)
     assert (counts.subscription_count, counts.scheduled_message_count) == (2, 4)
+    assert (counts.sql_filter_count, counts.correlation_filter_count) == (3, 1)
     assert entry.content.topic_description.max_size_in_megabytes == 2048
     subscription = SubscriptionProperties("s", topic_name="news", max_delivery_count=4,
                                           dead_lettering_on_filter_evaluation_exceptions=False)
