@@ -391,6 +391,14 @@ class ReceivedMessage:
         return typed if typed is not None and id_text(typed) == text else text
 
     @property
+    def amqp_parts(self) -> Mapping[str, Any]:
+        """What an AMQP sender (through the namespace's AMQP front end) put in its message besides
+        the broker's fields, kept for the front end to send on as it came: `priority`,
+        `delivery_annotations` and `annotations` (the sender's own; encoded keys and values in
+        turn), `footer` (the encoded section). Empty for a message this client sent."""
+        return self._wire.get("amqp") or {}
+
+    @property
     def body_kind(self) -> str:
         """How an AMQP sender (through the namespace's AMQP front end) encoded the body: "data"
         (the body is its bytes, as for every message sent by this client), or "value" or

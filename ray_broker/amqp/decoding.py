@@ -169,3 +169,28 @@ _DECODERS: dict[int, Decoder] = {
     0x84: _fixed(struct.Struct("8s"), lambda raw: decode_decimal(raw, 64)),
     0x94: _fixed(struct.Struct("16s"), lambda raw: decode_decimal(raw, 128)),
 }
+
+
+def encoded_items(data: bytes, offset: int) -> tuple[list[bytes], int]:
+    """The elements of the list or map encoded at `offset`, each as its own encoded bytes (a map's
+    keys and values in turn), and where it ends; `ValueError` (or `IndexError` for bytes cut short)
+    for anything else. Rewriting a list or map from its items keeps each element's AMQP type."""
+    code = data[offset]
+    if code == 0x45:
+        return [], offset + 1
+    if code in (0xC0, 0xC1):
+        size, count, position = data[offset + 1], data[offset + 2], offset + 3
+        end = offset + 2 + size
+    elif code in (0xD0, 0xD1):
+        size, count = struct.unpack_from(">II", data, offset + 1)
+        position, end = offset + 9, offset + 5 + size
+    else:
+        raise ValueError(f"0x{code:02x} is no list or map")
+    items = []
+    for _ in range(count):
+        _, after = decode_value(data, position)
+        items.append(data[position:after])
+        position = after
+    if position != end:
+        raise ValueError("a list's or map's size does not match its elements")
+    return items, end

@@ -85,6 +85,11 @@ def encode_list(values: list[Any]) -> bytes:
     return encoded_list([encode_value(v) for v in values])
 
 
+def encoded_map(items: list[bytes]) -> bytes:
+    """An AMQP map of keys and values already encoded, in turn."""
+    return _compound(0xC1, 0xD1, len(items), b"".join(items))
+
+
 def encoded_list(items: list[bytes]) -> bytes:
     """An AMQP list of elements already encoded (`list0` when empty)."""
     if not items:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
-from .decoding import decode_value
+from .decoding import decode_value, encoded_items
 from .encoding import described_section, encode_map, encode_uint, encoded_list
 
 _HEADER = struct.Struct(">IBBH")
@@ -229,33 +229,10 @@ def _performative(frame: bytes, wanted: frozenset[int]) -> tuple[int, int, list[
         code, offset = decode_value(frame, start + 1)
         if not isinstance(code, int) or code not in wanted:
             return None
-        items, end = _list_items(frame, offset)
+        items, end = encoded_items(frame, offset)
     except (ValueError, IndexError, struct.error):
         return None
     return channel, code, items, frame[end:]
-
-
-def _list_items(data: bytes, offset: int) -> tuple[list[bytes], int]:
-    """The encoded elements of the list at `offset`, and where the list ends."""
-    code = data[offset]
-    if code == 0x45:
-        return [], offset + 1
-    if code == 0xC0:
-        size, count, position = data[offset + 1], data[offset + 2], offset + 3
-        end = offset + 2 + size
-    elif code == 0xD0:
-        size, count = struct.unpack_from(">II", data, offset + 1)
-        position, end = offset + 9, offset + 5 + size
-    else:
-        raise ValueError(f"0x{code:02x} is no list")
-    items = []
-    for _ in range(count):
-        _, after = decode_value(data, position)
-        items.append(data[position:after])
-        position = after
-    if position != end:
-        raise ValueError("a list's size does not match its elements")
-    return items, end
 
 
 def _frame(original: bytes, code: int, items: list[bytes], payload: bytes) -> bytes:
@@ -314,7 +291,7 @@ def _with_error_info(code: int, items: list[bytes]) -> list[bytes] | None:
         return None
     try:
         descriptor, offset = decode_value(error, 1)
-        fields, _ = _list_items(error, offset)
+        fields, _ = encoded_items(error, offset)
     except (ValueError, IndexError, struct.error):
         return None
     if descriptor != _ERROR or (len(fields) >= 3 and fields[2] != b"\x40"):

@@ -36,8 +36,8 @@ from proton import symbol, timestamp, ulong
 from ..errors import InvalidArgumentError
 from ..message import Message as BrokerMessage
 from ..message import ReceivedMessage, envelope_from_wire, id_text
-from .decoding import DescribedValue, Unkept, decode_value
-from .encoding import NULL, described_section, encode_list, encode_map, encode_uint, encode_value
+from .decoding import DescribedValue, Unkept, decode_value, encoded_items
+from .encoding import NULL, described_section, encode_list, encode_uint, encode_value, encoded_map
 
 PARTITION_KEY = symbol("x-opt-partition-key")
 SCHEDULED_ENQUEUE_TIME = symbol("x-opt-scheduled-enqueue-time")
@@ -122,6 +122,7 @@ _PROPERTY_FIELDS = ("message_id", "user_id", "to", "subject", "reply_to", "corre
                     "content_encoding", "absolute_expiry_time", "creation_time", "group_id", "group_sequence",
                     "reply_to_group_id")
 _HEADER, _DELIVERY_ANNOTATIONS, _ANNOTATIONS, _PROPERTIES, _APPLICATION_PROPERTIES = 0x70, 0x71, 0x72, 0x73, 0x74
+_FOOTER = 0x78
 AMQP_ID_FIELDS = ("message_id", "correlation_id")
 """The properties that hold an AMQP id (string, uuid, ulong or binary), given back with its type."""
 
@@ -180,7 +181,43 @@ def message_fields(sections: list[Section]) -> dict[str, Any]:
     typed = {name: value for name, value in ids.items() if not isinstance(value, str)}
     if typed:
         wire["amqp_ids"] = typed
+    kept = _kept_parts(sections, header["priority"])
+    if kept:
+        wire["amqp"] = kept
     return wire
+
+
+def _kept_parts(sections: list[Section], priority: Any) -> dict[str, Any]:
+    """What a message carries besides the broker's fields, kept as it came for the front end to
+    send on as Service Bus does: the header's priority, the delivery annotations, the message
+    annotations of the sender's own (not `x-opt-`, which Service Bus reserves) and the footer;
+    maps as their encoded keys and values in turn."""
+    kept: dict[str, Any] = {}
+    if priority is not None:
+        kept["priority"] = int(priority)
+    for section in sections:
+        if section.code == _DELIVERY_ANNOTATIONS and section.value:
+            kept["delivery_annotations"] = _section_items(section)
+        elif section.code == _ANNOTATIONS and section.value:
+            items = _section_items(section)
+            own = [item for pair in zip(items[::2], items[1::2]) if not _reserved(pair[0]) for item in pair]
+            if own:
+                kept["annotations"] = own
+        elif section.code == _FOOTER and section.value:
+            kept["footer"] = section.raw
+    return kept
+
+
+def _section_items(section: Section) -> list[bytes]:
+    """The encoded keys and values, in turn, of a map-shaped section."""
+    _, offset = decode_value(section.raw, 1)  # past the descriptor
+    return encoded_items(section.raw, offset)[0]
+
+
+def _reserved(encoded_key: bytes) -> bool:
+    """Whether an encoded annotation key is one Service Bus reserves (`x-opt-...`)."""
+    key = decode_value(encoded_key)[0]
+    return isinstance(key, str) and key.startswith("x-opt-")
 
 
 def _id(value: Any) -> str | None:
@@ -274,10 +311,13 @@ def encode_received(message: ReceivedMessage, *, peeked: bool = False) -> bytes:
         annotations[SCHEDULED_ENQUEUE_TIME] = message.scheduled_enqueue_time_utc
     if message.dead_letter_source is not None:
         annotations[DEAD_LETTER_SOURCE] = message.dead_letter_source
-    sections = [_header(count, message.time_to_live)]
-    if not peeked:
-        sections.append(described_section(_DELIVERY_ANNOTATIONS, encode_map(_delivery_annotations(message))))
-    sections.append(described_section(_ANNOTATIONS, encode_map(annotations)))
+    kept = message.amqp_parts
+    sections = [_header(count, message.time_to_live, kept.get("priority"))]
+    delivery = [] if peeked else _items(_delivery_annotations(message))
+    delivery += kept.get("delivery_annotations", [])
+    if delivery or not peeked:
+        sections.append(described_section(_DELIVERY_ANNOTATIONS, encoded_map(delivery)))
+    sections.append(described_section(_ANNOTATIONS, encoded_map(_items(annotations) + kept.get("annotations", []))))
     properties = _properties_out(message)
     if properties:
         sections.append(described_section(_PROPERTIES, encode_list(properties)))
@@ -287,12 +327,19 @@ def encode_received(message: ReceivedMessage, *, peeked: bool = False) -> bytes:
     if message.dead_letter_error_description is not None:
         application[DEAD_LETTER_DESCRIPTION] = message.dead_letter_error_description
     if application:
-        sections.append(described_section(_APPLICATION_PROPERTIES, encode_map(application)))
+        sections.append(described_section(_APPLICATION_PROPERTIES, encoded_map(_items(application))))
     if message.body_kind == "data":
         sections.extend(described_section(_DATA, encode_value(section)) for section in message.body)
     else:
         sections.append(bytes(message.body))
+    if "footer" in kept:
+        sections.append(kept["footer"])
     return b"".join(sections)
+
+
+def _items(entries: dict[Any, Any]) -> list[bytes]:
+    """A map's keys and values, each encoded, in turn."""
+    return [encode_value(item) for pair in entries.items() for item in pair]
 
 
 def _delivery_annotations(message: ReceivedMessage) -> dict[symbol, Any]:
@@ -314,9 +361,10 @@ def _properties_out(message: ReceivedMessage) -> list[Any]:
     return fields
 
 
-def _header(delivery_count: int, ttl: timedelta | None) -> bytes:
+def _header(delivery_count: int, ttl: timedelta | None, priority: int | None = None) -> bytes:
     """An encoded header section that always carries its delivery count (the SDKs report none
-    when it is left out): durable, the time to live in milliseconds, the count."""
+    when it is left out): durable, the sender's priority, the time to live in milliseconds, the count."""
     ttl_ms = NULL if ttl is None else encode_uint(min(int(ttl.total_seconds() * 1000), 0xFFFFFFFF))
-    fields = b"\x41" + NULL + ttl_ms + NULL + encode_uint(delivery_count)
+    priority_field = NULL if priority is None else bytes((0x50, priority & 0xFF))
+    fields = b"\x41" + priority_field + ttl_ms + NULL + encode_uint(delivery_count)
     return described_section(_HEADER, b"\xc0" + bytes((len(fields) + 1, 5)) + fields)

@@ -215,3 +215,22 @@ def test_decimal_application_properties_are_carried() -> None:
     out = decode_value(section.raw, 3)[0]
     assert {str(k): (type(v), str(v)) for k, v in out.items()} == {"price": (Decimal, "12.50"),
                                                                    "tiny": (Decimal, "-1E-20")}
+
+
+def test_the_senders_priority_annotations_delivery_annotations_and_footer_go_out_as_they_came() -> None:
+    message = ServiceBusMessage("body", partition_key="k", scheduled_enqueue_time_utc=datetime(2030, 1, 1))
+    raw = message.raw_amqp_message
+    raw.annotations[b"annotations"] = 2
+    raw.delivery_annotations = {b"delivery_annotations": 3}
+    raw.header.priority = 5
+    raw.footer = {b"footer": 6}
+    [envelope] = decode_transfer(sdk_payload(message))
+    locked = received(fields(envelope))
+    out = decode_payload(memoryview(encode_received(locked)))
+    assert out.header.priority == 5 and out.footer == {b"footer": 6}
+    assert out.delivery_annotations == {b"x-opt-lock-token": locked.lock_token, b"delivery_annotations": 3}
+    assert out.message_annotations[b"annotations"] == 2 and out.message_annotations[b"x-opt-partition-key"] == b"k"
+    assert encode_received(locked).count(b"x-opt-partition-key") == 1  # the broker's, not the sender's too
+    peeked = decode_payload(memoryview(encode_received(locked, peeked=True)))
+    assert peeked.delivery_annotations == {b"delivery_annotations": 3}
+    assert received({"body": b"x"}).amqp_parts == {}
