@@ -6,9 +6,10 @@ Operations (`operation` application property; request and response bodies are AM
   204 when none; with a session id, that session's messages only;
 - `com.microsoft:renew-lock` (`lock-tokens`) -> `expirations`, for locks any receiver of the entity
   on the front end holds (on this connection or another, its link open or closed);
-- `com.microsoft:receive-by-sequence-number` (`sequence-numbers`, [`session-id`]) -> `messages` with
-  `lock-token` (peek-lock; deferred messages); with a session id, through the session receiver
-  of this connection that holds that session;
+- `com.microsoft:receive-by-sequence-number` (`sequence-numbers`, `receiver-settle-mode`,
+  [`session-id`]) -> `messages` with `lock-token` (deferred messages, locked; received and deleted,
+  without a lock token, when `receiver-settle-mode` is 0); with a session id, through the session
+  receiver of this connection that holds that session;
 - `com.microsoft:update-disposition` (`disposition-status` completed/abandoned/defered/suspended,
   `lock-tokens`, `deadletter-reason`, `deadletter-description`), for the same locks;
 - `com.microsoft:schedule-message` (`messages`, each an encoded `message`) -> `sequence-numbers`;
@@ -31,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Protocol
 from proton import Delivery, Message, timestamp
 
 from ..errors import InvalidArgumentError, InvalidOperationError
+from ..protocol import ReceiveMode
 from .conditions import error_condition, status_code
 from .locks import HeldLock, HeldLocks
 from .mapping import encode_received, split_sections, wire_envelope
@@ -64,6 +66,8 @@ VENDOR = "com.microsoft:"
 LIST_ALL_SESSIONS = 253402300800000
 """The `last-updated-time` (epoch milliseconds of .NET's DateTime.MaxValue) that asks for every
 session with active messages or a state, rather than those whose state changed since a time."""
+RECEIVE_AND_DELETE_SETTLE_MODE = 0
+"""The `receiver-settle-mode` of a receive-by-sequence-number from a receive-and-delete receiver."""
 _DISPOSITIONS = {"completed": "complete", "abandoned": "abandon", "defered": "defer", "deferred": "defer",
                  "suspended": "dead_letter"}
 
@@ -75,21 +79,24 @@ class ManagementNode:
     def __init__(self, connection: Host, target: EntityAddress) -> None:
         self._connection = connection
         self._target = target
-        self._receiver: Receiver | None = None
+        self._receivers: dict[ReceiveMode, Receiver] = {}
         self._sender: Sender | None = None
 
     async def close(self) -> None:
-        """Close the broker receiver and sender this node made."""
-        if self._receiver is not None:
-            await self._receiver.close()
+        """Close the broker receivers and sender this node made."""
+        for receiver in self._receivers.values():
+            await receiver.close()
         if self._sender is not None:
             await self._sender.close()
 
-    async def _opened_receiver(self) -> Receiver:
-        if self._receiver is None:
-            self._receiver = self._connection.namespace.get_queue_receiver(self._target.receive_path)
-            await self._receiver.__aenter__()
-        return self._receiver
+    async def _opened_receiver(self, mode: ReceiveMode = ReceiveMode.PEEK_LOCK) -> Receiver:
+        """This node's broker receiver in `mode` (made on first use)."""
+        receiver = self._receivers.get(mode)
+        if receiver is None:
+            receiver = self._connection.namespace.get_queue_receiver(self._target.receive_path, receive_mode=mode)
+            await receiver.__aenter__()
+            self._receivers[mode] = receiver
+        return receiver
 
     async def request(self, delivery: Delivery, payload: bytes) -> None:
         """Answer one request delivered on the node's request link."""
@@ -131,11 +138,13 @@ class ManagementNode:
     async def _request_receiver(self, body: dict[str, Any]) -> Receiver:
         """The receiver a request goes through: with a `session-id` (a session receiver's request),
         the receiver of this connection that holds that session, so that it sees that session's
-        messages only; else this node's own."""
+        messages only; else this node's own, receiving and deleting when the request's
+        `receiver-settle-mode` is 0 (AMQP's `first`: a receive-and-delete receiver's request)."""
         session_id = body.get("session-id")
         if session_id is not None:
             return self._connection.session_receiver(str(session_id))
-        return await self._opened_receiver()
+        deleting = body.get("receiver-settle-mode") == RECEIVE_AND_DELETE_SETTLE_MODE
+        return await self._opened_receiver(ReceiveMode.RECEIVE_AND_DELETE if deleting else ReceiveMode.PEEK_LOCK)
 
     async def _peek(self, body: dict[str, Any]) -> dict[str, Any] | None:
         receiver = await self._request_receiver(body)
@@ -169,7 +178,10 @@ class ManagementNode:
         out = []
         for message in messages:
             self._connection.locks.hold(self._target.receive_path, receiver, message)
-            out.append({"message": encode_received(message), "lock-token": message.lock_token})
+            item: dict[str, Any] = {"message": encode_received(message)}
+            if message.lock_token is not None:
+                item["lock-token"] = message.lock_token
+            out.append(item)
         return {"messages": out}
 
     async def _dispose(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -223,15 +235,17 @@ class ManagementNode:
 
     async def _list_sessions(self, body: dict[str, Any]) -> dict[str, Any] | None:
         updated = body.get("last-updated-time")
-        if updated is not None and (not isinstance(updated, int) or int(updated) != LIST_ALL_SESSIONS):
-            raise InvalidArgumentError("get-message-sessions lists the sessions with active messages or a state; "
-                                       "listing those whose state changed after a time is not supported (call "
-                                       "list_*_sessions without state_updated_after)")
+        if updated is not None and not isinstance(updated, int):
+            raise InvalidArgumentError("get-message-sessions: last-updated-time must be a timestamp (epoch "
+                                       f"milliseconds), not {type(updated).__name__}")
+        after = None if updated is None or int(updated) >= LIST_ALL_SESSIONS else \
+            datetime.fromtimestamp(int(updated) / 1000, timezone.utc)
         namespace, target = self._connection.namespace, self._target
         if target.subscription is None:
-            sessions = await namespace.list_queue_sessions(target.entity)
+            sessions = await namespace.list_queue_sessions(target.entity, state_updated_after=after)
         else:
-            sessions = await namespace.list_subscription_sessions(target.topic, target.subscription)  # type: ignore[arg-type]
+            sessions = await namespace.list_subscription_sessions(target.topic, target.subscription,  # type: ignore[arg-type]
+                                                                  state_updated_after=after)
         page = _page(sessions, body)
         return {"skip": _count(body, "skip", 0), "sessions-ids": page} if page else None
 

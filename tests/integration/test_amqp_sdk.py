@@ -676,3 +676,22 @@ def test_the_python_client_gives_every_message_sent_without_an_id_one(amqp_names
                 receiver.complete_message(message)
     with amqp_namespace.get_queue_sender(queue) as sender:
         sender.cancel_scheduled_messages(scheduled)
+
+
+def test_a_receive_and_delete_receiver_takes_deferred_messages_for_good(amqp_namespace: rb.Namespace,
+                                                                         conn_str: str, queue: str) -> None:
+    with ServiceBusClient.from_connection_string(conn_str, retry_total=0) as client:
+        with client.get_queue_sender(queue) as sender:
+            sender.send_messages([ServiceBusMessage(f"d{i}") for i in range(2)])
+        with client.get_queue_receiver(queue, max_wait_time=WAIT_S) as receiver:
+            seqs = []
+            for message in receive(receiver, 2):
+                seqs.append(message.sequence_number)
+                receiver.defer_message(message)
+        with client.get_queue_receiver(queue, receive_mode=ServiceBusReceiveMode.RECEIVE_AND_DELETE,
+                                       max_wait_time=WAIT_S) as receiver:
+            deferred = receiver.receive_deferred_messages(seqs)
+            assert sorted(str(m) for m in deferred) == ["d0", "d1"] and {m.lock_token for m in deferred} == {None}
+            with pytest.raises(ServiceBusError):
+                receiver.receive_deferred_messages(seqs)
+    assert_emptied(amqp_namespace, queue)
