@@ -325,11 +325,12 @@ class Gateway:
         counts = await asyncio.gather(*(self._ask_host(k, Runtime(name)) for k in hosts))
         return {"definition": definition, "partitions": dict(zip(hosts, counts))}
 
-    async def list_sessions(self, name: str) -> dict[str, Any]:
-        """The sessions of an entity with active messages or a stored state, in id order, and
-        whether every partition answered (`complete`)."""
+    async def list_sessions(self, name: str, updated_after: float | None = None) -> dict[str, Any]:
+        """The sessions of an entity with active messages or a stored state (with `updated_after`,
+        epoch seconds: those whose state was set after it), in id order, and whether every
+        partition answered (`complete`)."""
         hosts = planner.hosts(await self.router.definitions.get(name), self.count)
-        found = await asyncio.gather(*(self._ask_host(k, ListSessions(name)) for k in hosts))
+        found = await asyncio.gather(*(self._ask_host(k, ListSessions(name, updated_after)) for k in hosts))
         sessions = sorted({s for listed in found if listed is not None for s in listed})
         return {"sessions": sessions, "complete": None not in found}
 

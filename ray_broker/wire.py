@@ -111,10 +111,12 @@ class Runtime(NamedTuple):
 
 
 class ListSessions(NamedTuple):
-    """The sessions of an entity here with active messages or a stored state."""
+    """The sessions of an entity here with active messages or a stored state; with `updated_after`
+    (epoch seconds), those whose state was set after it instead."""
 
     OPERATION = "list_sessions"
     entity: str
+    updated_after: float | None = None
 
 
 class IntegrityCheck(NamedTuple):

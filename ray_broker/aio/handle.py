@@ -1,6 +1,7 @@
 """The async `Namespace` handle: management calls and the senders and receivers it makes."""
 from __future__ import annotations
 
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Iterable, TypeVar
 
 from ..amqp.sas import SasKey
@@ -190,14 +191,17 @@ class Namespace(NamespaceBase[Sender, Receiver, Transaction], Closing):
 
     # ------------------------------------------------------------------ sessions
 
-    async def list_queue_sessions(self, queue_name: str) -> list[str]:
-        """The ids of a session-enabled queue's sessions with active messages or a stored state, in id order."""
-        return await self._run(management.list_queue_sessions(queue_name))
+    async def list_queue_sessions(self, queue_name: str, *, state_updated_after: datetime | None = None) -> list[str]:
+        """The ids of a session-enabled queue's sessions with active messages or a stored state, in
+        id order; given `state_updated_after`, those whose state was set after that time instead."""
+        return await self._run(management.list_queue_sessions(queue_name, state_updated_after))
 
-    async def list_subscription_sessions(self, topic_name: str, subscription_name: str) -> list[str]:
+    async def list_subscription_sessions(self, topic_name: str, subscription_name: str, *,
+                                         state_updated_after: datetime | None = None) -> list[str]:
         """The ids of a session-enabled subscription's sessions with active messages or a stored
-        state, in id order."""
-        return await self._run(management.list_subscription_sessions(topic_name, subscription_name))
+        state, in id order; given `state_updated_after`, those whose state was set after that time instead."""
+        return await self._run(management.list_subscription_sessions(topic_name, subscription_name,
+                                                                     state_updated_after))
 
     # ------------------------------------------------------------------ shared access keys
 

@@ -5,11 +5,12 @@ become. Shared by the sync and async namespaces; imports no Ray.
 """
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Mapping, TypedDict
 
 from ..amqp.keyring import keys_from_rows, rights_of
 from ..amqp.sas import SasKey
+from ..clock import to_epoch
 from ..entities import (
     FIXED_QUEUE_PROPERTIES,
     QueueProperties,
@@ -353,26 +354,34 @@ def delete_rule(topic_name: str, subscription_name: str, rule_name: str) -> Flow
 
 # ---------------------------------------------------------------------- sessions
 
-def list_sessions(entity_path: str) -> Flow[list[str]]:
+def list_sessions(entity_path: str, state_updated_after: datetime | None = None) -> Flow[list[str]]:
     """The sessions of a session-enabled queue or subscription (`topic/subscriptions/sub`) with
-    active messages or a stored state, in id order; `PartitionUnavailableError` when a partition
-    did not answer (the list would miss its sessions)."""
-    reply = yield request("list_sessions", entity_path, timeout=MANAGEMENT_TIMEOUT_S)
+    active messages or a stored state, in id order; given `state_updated_after`, those whose state
+    was set after that time instead (a naive datetime is UTC). `PartitionUnavailableError` when a
+    partition did not answer (the list would miss its sessions)."""
+    if state_updated_after is not None and not isinstance(state_updated_after, datetime):
+        raise InvalidArgumentError(f"state_updated_after must be a datetime or None, not "
+                                   f"{type(state_updated_after).__name__}")
+    after = None if state_updated_after is None else to_epoch(state_updated_after)
+    reply = yield request("list_sessions", entity_path, after, timeout=MANAGEMENT_TIMEOUT_S)
     if not reply["complete"]:
         raise PartitionUnavailableError(f"a partition of {entity_path!r} did not answer, so its sessions cannot be "
                                         "listed; try again once it is back", entity=entity_path)
     return list(reply["sessions"])
 
 
-def list_queue_sessions(queue_name: str) -> Flow[list[str]]:
-    """The sessions of a session-enabled queue with active messages or a stored state, in id order."""
+def list_queue_sessions(queue_name: str, state_updated_after: datetime | None = None) -> Flow[list[str]]:
+    """The sessions of a session-enabled queue with active messages or a stored state (or, given
+    `state_updated_after`, whose state was set after it), in id order."""
     check_entity_name(queue_name, "queue")
-    return (yield from list_sessions(queue_name))
+    return (yield from list_sessions(queue_name, state_updated_after))
 
 
-def list_subscription_sessions(topic_name: str, subscription_name: str) -> Flow[list[str]]:
-    """The sessions of a session-enabled subscription with active messages or a stored state, in id order."""
-    return (yield from list_sessions(_subscription_path(topic_name, subscription_name)))
+def list_subscription_sessions(topic_name: str, subscription_name: str,
+                               state_updated_after: datetime | None = None) -> Flow[list[str]]:
+    """The sessions of a session-enabled subscription with active messages or a stored state (or,
+    given `state_updated_after`, whose state was set after it), in id order."""
+    return (yield from list_sessions(_subscription_path(topic_name, subscription_name), state_updated_after))
 
 
 # ---------------------------------------------------------------------- shared access keys

@@ -1,7 +1,7 @@
 """Deploying and attaching to a namespace, and the `Namespace` handle with its management calls."""
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, Iterable, TypeVar
 
@@ -308,15 +308,18 @@ class Namespace(NamespaceBase[Sender, Receiver, Transaction]):
 
     # ------------------------------------------------------------------ sessions
 
-    def list_queue_sessions(self, queue_name: str) -> list[str]:
+    def list_queue_sessions(self, queue_name: str, *, state_updated_after: datetime | None = None) -> list[str]:
         """The ids of a session-enabled queue's sessions that have active messages or a stored
-        state, in id order (the SDK's `ServiceBusClient.list_queue_sessions`)."""
-        return self._run(management.list_queue_sessions(queue_name))
+        state, in id order (the SDK's `ServiceBusClient.list_queue_sessions`); given
+        `state_updated_after`, those whose state was set after that time instead."""
+        return self._run(management.list_queue_sessions(queue_name, state_updated_after))
 
-    def list_subscription_sessions(self, topic_name: str, subscription_name: str) -> list[str]:
+    def list_subscription_sessions(self, topic_name: str, subscription_name: str, *,
+                                   state_updated_after: datetime | None = None) -> list[str]:
         """The ids of a session-enabled subscription's sessions that have active messages or a
-        stored state, in id order."""
-        return self._run(management.list_subscription_sessions(topic_name, subscription_name))
+        stored state, in id order; given `state_updated_after`, those whose state was set after
+        that time instead."""
+        return self._run(management.list_subscription_sessions(topic_name, subscription_name, state_updated_after))
 
     # ------------------------------------------------------------------ shared access keys
 

@@ -27,7 +27,7 @@ OPERATIONS: dict[type[Any], Operation] = {
     wire.GetEntity: Operation(lambda e, r: e.get_entity(r.name), False),
     wire.ListEntities: Operation(lambda e, r: e.list_entities(), False),
     wire.Runtime: Operation(lambda e, r: e.runtime(r.entity), False),
-    wire.ListSessions: Operation(lambda e, r: e.list_sessions(r.entity), False),
+    wire.ListSessions: Operation(lambda e, r: e.list_sessions(r.entity, r.updated_after), False),
     wire.IntegrityCheck: Operation(lambda e, r: e.integrity_check(), False),
     wire.AddRule: Operation(lambda e, r: e.add_rule(r.subscription, r.rule), False),
     wire.UpdateRule: Operation(lambda e, r: e.update_rule(r.subscription, r.rule), False),

@@ -258,9 +258,10 @@ class PartitionEngine:
         """Give a session back; the messages it received but did not settle become available again."""
         sessions.release_session(self.state, entity, session_id, token)
 
-    def list_sessions(self, entity: str) -> list[str]:
-        """The sessions of an entity here with active messages or a stored state, in id order."""
-        return sessions.list_sessions(self.state, entity)
+    def list_sessions(self, entity: str, updated_after: float | None = None) -> list[str]:
+        """The sessions of an entity here with active messages or a stored state, in id order; with
+        `updated_after` (epoch seconds), those whose state was set after it instead."""
+        return sessions.list_sessions(self.state, entity, updated_after)
 
     def get_session_state(self, entity: str, session_id: str, token: bytes) -> bytes | None:
         """The session's state blob (None if never set)."""

@@ -613,8 +613,13 @@ class Queries:
             f"SELECT session_id FROM messages WHERE eid = :eid AND subq = {_MAIN} AND state = {_ACTIVE} "
             f"AND session_id IS NOT NULL AND {_UNLOCKED} ORDER BY id", {"eid": entity_id, "now": now}))
 
-    def listed_sessions(self, entity_id: int, key: str) -> list[str]:
-        """The sessions of an entity with active messages or a stored state, in id order."""
+    def listed_sessions(self, entity_id: int, key: str, updated_after: float | None = None) -> list[str]:
+        """The sessions of an entity with active messages or a stored state, in id order; with
+        `updated_after` (epoch seconds), those whose state was set later instead."""
+        if updated_after is not None:
+            return [str(sid) for (sid,) in self.db.execute(
+                "SELECT session_id FROM sessions WHERE entity = :entity AND state_updated_at > :after "
+                "ORDER BY session_id", {"entity": key, "after": updated_after})]
         return [str(sid) for (sid,) in self.db.execute(
             f"SELECT session_id FROM messages WHERE eid = :eid AND subq = {_MAIN} AND state = {_ACTIVE} "
             "AND session_id IS NOT NULL UNION SELECT session_id FROM sessions WHERE entity = :entity "
@@ -648,7 +653,8 @@ class Queries:
                               {"entity": key, "session_id": session_id}).fetchone()
         return None if row is None else row[0]
 
-    def set_session_state(self, key: str, session_id: str, state: bytes | None) -> None:
-        """Replace a session's state blob."""
-        self.db.execute("UPDATE sessions SET state = :state WHERE entity = :entity AND session_id = :session_id",
-                        {"state": state, "entity": key, "session_id": session_id})
+    def set_session_state(self, key: str, session_id: str, state: bytes | None, now: float) -> None:
+        """Replace a session's state blob, noting when (`now`)."""
+        self.db.execute("UPDATE sessions SET state = :state, state_updated_at = :now "
+                        "WHERE entity = :entity AND session_id = :session_id",
+                        {"state": state, "now": now, "entity": key, "session_id": session_id})

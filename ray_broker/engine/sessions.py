@@ -76,16 +76,18 @@ def set_session_state(state: PartitionState, entity: str, session_id: str, token
     """Replace the session's state blob (None clears it)."""
     frag = state.fragment(entity)
     with state.store.transaction():
-        state.held_session(frag, session_id, token, state.clock.now())
-        state.queries.set_session_state(frag.key, session_id, session_state)
+        now = state.clock.now()
+        state.held_session(frag, session_id, token, now)
+        state.queries.set_session_state(frag.key, session_id, session_state, now)
 
 
-def list_sessions(state: PartitionState, entity: str) -> list[str]:
-    """The sessions of a session-enabled entity here with active messages or a stored state, in id order."""
+def list_sessions(state: PartitionState, entity: str, updated_after: float | None = None) -> list[str]:
+    """The sessions of a session-enabled entity here with active messages or a stored state, in id
+    order; with `updated_after` (epoch seconds), those whose state was set after it instead."""
     frag = state.fragment(entity)
     if not frag.options["requires_session"]:
         raise state.error(InvalidOperationError, f"entity {frag.name!r} does not require sessions, so it has none "
                           "to list", frag.name)
     with state.store.transaction():
         state.activate_due(state.clock.now(), frag)
-    return state.queries.listed_sessions(frag.entity_id, frag.key)
+    return state.queries.listed_sessions(frag.entity_id, frag.key, updated_after)

@@ -197,6 +197,10 @@ CREATE TABLE epochs (
 );
 """
 
+_SESSION_STATE_TIMES_V8 = """
+ALTER TABLE sessions ADD COLUMN state_updated_at REAL;
+"""
+
 MIGRATIONS: tuple[str, ...] = (
     _SCHEMA_V1,  # 0 -> 1: the first release's tables (stores it wrote have them already, unversioned)
     _MESSAGE_ROWS_V2,  # 1 -> 2: entities numbered; messages keyed by (entity number, counter); bodies apart
@@ -205,6 +209,7 @@ MIGRATIONS: tuple[str, ...] = (
     _SHARED_BODIES_V5,  # 4 -> 5: rows that share another entity's body (a topic's, from its subscriptions)
     _TRANSACTIONS_AND_TRANSFERS_V6,  # 5 -> 6: committed transactions; the forwarder's outbox
     _REPLICATION_V7,  # 6 -> 7: the replication position (epoch, last change) and the epochs' first positions
+    _SESSION_STATE_TIMES_V8,  # 7 -> 8: when each session's state was last set (list_*_sessions(state_updated_after))
 )
 """`MIGRATIONS[v]` is the SQL script that brings a store at version v to version v + 1."""
 

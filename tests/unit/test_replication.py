@@ -735,10 +735,11 @@ def test_a_store_of_schema_version_6_opens_with_its_messages(tmp_path: Path) -> 
     engine.send("q", [Message(body).to_envelope() for body in ("one", "two")])
     engine.store.close()
     db = sqlite3.connect(path, isolation_level=None)
-    db.executescript("DROP TABLE replication; DROP TABLE epochs; PRAGMA user_version = 6;")
+    db.executescript("DROP TABLE replication; DROP TABLE epochs; ALTER TABLE sessions DROP COLUMN state_updated_at; "
+                     "PRAGMA user_version = 6;")
     db.close()
     store = Store(path, replicated=True)
-    assert store.version == SCHEMA_VERSION == 7
+    assert store.version == SCHEMA_VERSION == 8
     assert store.replication_position == (0, 0) and store.epoch_history() == []
     engine = PartitionEngine(0, 1, store, clock)
     assert [m["payload"] for m in engine.peek("q", MAIN, 0, 10)] == [

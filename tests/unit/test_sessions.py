@@ -168,6 +168,23 @@ def test_session_state_outlives_the_lock_and_the_messages(broker: Broker, sq: st
     assert broker.engine.get_session_state(sq, *second) == b"kept"
 
 
+def test_listing_the_sessions_whose_state_was_set_after_a_time(broker: Broker, sq: str) -> None:
+    send_to(broker, sq, ("a", "a1"), ("b", "b1"))
+    old = accept(broker, sq, "a")
+    broker.engine.set_session_state(sq, *old, b"old")
+    broker.clock.advance(5)
+    cutoff = broker.clock.now()
+    broker.clock.advance(5)
+    new = accept(broker, sq, "b")
+    broker.engine.set_session_state(sq, *new, b"new")
+    assert broker.engine.list_sessions(sq) == ["a", "b"]
+    assert broker.engine.list_sessions(sq, cutoff) == ["b"]
+    broker.clock.advance(5)
+    broker.engine.set_session_state(sq, *old, None)  # cleared: an update too
+    assert broker.engine.list_sessions(sq, cutoff) == ["a", "b"]
+    assert broker.engine.list_sessions(sq, broker.clock.now()) == []
+
+
 def test_releasing_a_session_returns_its_messages_and_their_next_delivery_counts_higher(
         broker: Broker, sq: str) -> None:
     send_to(broker, sq, ("a", "a1"), ("a", "a2"))
