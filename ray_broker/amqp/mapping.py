@@ -198,7 +198,7 @@ def _kept_parts(sections: list[Section], priority: Any) -> dict[str, Any]:
     for section in sections:
         if section.code == _DELIVERY_ANNOTATIONS and section.value:
             kept["delivery_annotations"] = _section_items(section)
-        elif section.code == _ANNOTATIONS and section.value:
+        elif section.code == _ANNOTATIONS and section.value and not all(_is_reserved(k) for k in section.value):
             items = _section_items(section)
             own = [item for pair in zip(items[::2], items[1::2]) if not _reserved(pair[0]) for item in pair]
             if own:
@@ -216,7 +216,10 @@ def _section_items(section: Section) -> list[bytes]:
 
 def _reserved(encoded_key: bytes) -> bool:
     """Whether an encoded annotation key is one Service Bus reserves (`x-opt-...`)."""
-    key = decode_value(encoded_key)[0]
+    return _is_reserved(decode_value(encoded_key)[0])
+
+
+def _is_reserved(key: Any) -> bool:
     return isinstance(key, str) and key.startswith("x-opt-")
 
 
@@ -231,7 +234,7 @@ def _id(value: Any) -> str | None:
 
 
 def _text(value: Any) -> str | None:
-    """An AMQP identifier or string as text (ids may be ulong, uuid or binary on the wire)."""
+    """An AMQP string, symbol or binary (as UTF-8) as text."""
     if value is None:
         return None
     if isinstance(value, bytes):
