@@ -16,9 +16,12 @@ Runs on an embedded local Ray and a temporary namespace; exits 0 when the totals
 from __future__ import annotations
 
 import argparse
+import logging
 import os
+import shutil
 import sys
 import tempfile
+import warnings
 from datetime import timedelta
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -79,6 +82,15 @@ def check_totals(spark, ns: rb.Namespace, csv_path: str) -> bool:  # type: ignor
     return matches
 
 
+def quiet() -> None:
+    """Keep the output to the pipeline's own lines: no Ray Data progress logs, no Spark console
+    progress bar, no warnings about PySpark's and Ray Data's internals (call before Spark starts)."""
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    logging.getLogger("ray.data").setLevel(logging.WARNING)
+    warnings.filterwarnings("ignore", category=UserWarning, module=r"pyspark\..*|ray\.data\..*")
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+
+
 def main() -> int:
     """Run the three stages on a fresh namespace; 0 when the totals match the CSV."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -90,8 +102,10 @@ def main() -> int:
     csv_path = args.csv or os.path.join(work, "orders.csv")
     if args.csv is None:
         write_orders(csv_path, args.rows, customers=40, seed=7)
+    quiet()
     start_ray("local")
-    spark = init_spark("orders-pipeline", 1, 1, "1g", configs={"spark.sql.shuffle.partitions": "4"})
+    spark = init_spark("orders-pipeline", 1, 1, "1g", configs={"spark.sql.shuffle.partitions": "4",
+                                                                "spark.ui.showConsoleProgress": "false"})
     spark.sparkContext.setLogLevel("ERROR")
     ns = rb.start("orders-pipeline", data_dir=os.path.join(work, "broker"))
     try:
@@ -105,6 +119,7 @@ def main() -> int:
     finally:
         stop_spark()
         rb.stop("orders-pipeline", delete_data=True)
+        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":
