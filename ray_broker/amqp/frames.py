@@ -128,13 +128,9 @@ class FrameMender:
     def _client_disposition(self, frame: bytes, channel: int, items: list[bytes]) -> bytes:
         """A disposition from the client about transfers it sent (role sender): proton's ids."""
         session = self._sessions.get(channel)
-        if session is None or _flag(items, 0) or not session.to_proton:
+        ids = None if session is None or _flag(items, 0) or not session.to_proton else _disposed(items)
+        if ids is None:
             return frame
-        first = _int(items, 1)
-        if first is None:
-            return frame
-        last = _int(items, 2)
-        ids = _span(first, first if last is None else last)
         ours = [session.to_proton.get(i, i) for i in ids]
         if ours == ids:
             return frame
@@ -164,13 +160,9 @@ class FrameMender:
     def _proton_disposition(self, frame: bytes, channel: int, items: list[bytes]) -> bytes:
         """A disposition from proton about transfers the client sent (role receiver): the client's ids."""
         session = self._sessions.get(self._channels.get(channel, -1))
-        if session is None or not _flag(items, 0) or not session.to_client:
+        ids = None if session is None or not _flag(items, 0) or not session.to_client else _disposed(items)
+        if ids is None:
             return frame
-        first = _int(items, 1)
-        if first is None:
-            return frame
-        last = _int(items, 2)
-        ids = _span(first, first if last is None else last)
         theirs = [session.to_client.get(i, i) for i in ids]
         if _flag(items, 3):  # settled: these transfers are done with
             for i in ids:
@@ -253,6 +245,15 @@ def _int(items: list[bytes], index: int) -> int | None:
 def _flag(items: list[bytes], index: int) -> bool:
     """A boolean field (false when absent or null)."""
     return index < len(items) and items[index] in (b"\x41", b"\x56\x01")
+
+
+def _disposed(items: list[bytes]) -> list[int] | None:
+    """The delivery ids a disposition's fields (`first`, `last`) name, or None without a `first`."""
+    first = _int(items, 1)
+    if first is None:
+        return None
+    last = _int(items, 2)
+    return _span(first, first if last is None else last)
 
 
 def _span(first: int, last: int) -> list[int]:
