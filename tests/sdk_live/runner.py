@@ -130,7 +130,7 @@ def environment(target: Target, selection_file: Path, report_file: Path) -> dict
     return env
 
 
-def summarize(outcomes: dict[str, dict[str, str]], *, deselected: int, seconds: float,
+def summarize(outcomes: dict[str, dict[str, Any]], *, deselected: int, seconds: float,
               logs: list[str]) -> dict[str, Any]:
     """The run's summary: counts in all and by file, and the failing tests with their errors."""
     by_file: dict[str, Counter[str]] = {}
@@ -154,7 +154,7 @@ def summarize(outcomes: dict[str, dict[str, str]], *, deselected: int, seconds: 
 class GroupResult:
     """What one pytest process reported."""
 
-    outcomes: dict[str, dict[str, str]]
+    outcomes: dict[str, dict[str, Any]]
     deselected: int
     seconds: float
     log: str
@@ -167,7 +167,7 @@ def run_group(target: Target, tests: Path, label: str, *, only: Sequence[str] | 
     work = tests.parent
     selection_file, report_file, log = (work / f"{label}-{name}" for name in ("selection.json", "report.json",
                                                                                "pytest.log"))
-    selection_file.write_text(json.dumps({"deselect": selection.deselected(),
+    selection_file.write_text(json.dumps({"deselect": selection.deselected(), "slow": selection.SLOW,
                                           "only": list(only) if only is not None else None}), encoding="utf-8")
     report_file.unlink(missing_ok=True)
     command = [sys.executable, "-m", "pytest", "-p", "sdk_live_plugin", "-p", "no:cacheprovider", "-c",

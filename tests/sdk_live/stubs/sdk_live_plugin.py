@@ -6,8 +6,9 @@
   gets `use_tls=False`, as `UseDevelopmentEmulator=true` gives it; the front end has no AMQP over
   TLS, and the SDK would otherwise go to port 5671 with TLS. Nothing else of the SDK is changed;
 - the selection the runner passes (SB_LIVE_SELECTION, a JSON file: `deselect`, ids with reasons;
-  `only`, the ids to run or null for all);
-- a JSON report (SB_LIVE_REPORT): every test's outcome and the first line of its error, and how
+  `only`, the ids to run or null for all; `slow`, ids with the seconds they may take);
+- a JSON report (SB_LIVE_REPORT): every test's outcome, the first line of its error and the
+  seconds it took (setup, call and teardown), and how
   many of the tests collected the `deselect` list leaves out."""
 from __future__ import annotations
 
@@ -72,9 +73,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     with open(path, encoding="utf-8") as stream:
         selection = json.load(stream)
-    deselect, only = list(selection.get("deselect", {})), selection.get("only")
+    deselect, only, slow = list(selection.get("deselect", {})), selection.get("only"), selection.get("slow", {})
     keep, drop, unwanted = [], [], 0
     for item in items:
+        seconds = next((s for entry, s in slow.items() if _matches(item.nodeid, entry)), None)
+        if seconds is not None:
+            item.add_marker(pytest.mark.timeout(seconds))
         left_out = any(_matches(item.nodeid, entry) for entry in deselect)
         wanted = only is None or any(_matches(item.nodeid, entry) for entry in only)
         unwanted += left_out
@@ -85,7 +89,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     _REPORT["deselected"] = unwanted
 
 
-_OUTCOMES: dict[str, dict[str, str]] = {}
+_OUTCOMES: dict[str, dict[str, object]] = {}
 _REPORT: dict[str, object] = {"outcomes": _OUTCOMES, "deselected": 0}
 
 
@@ -99,7 +103,8 @@ def _first_line(report: pytest.TestReport | pytest.CollectReport) -> str:
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    entry = _OUTCOMES.setdefault(report.nodeid, {"outcome": "passed", "error": ""})
+    entry = _OUTCOMES.setdefault(report.nodeid, {"outcome": "passed", "error": "", "seconds": 0.0})
+    entry["seconds"] = round(float(entry["seconds"]) + report.duration, 2)  # type: ignore[arg-type]
     if report.failed and entry["outcome"] != "failed":
         entry.update(outcome="failed", error=_first_line(report))
     elif report.skipped and entry["outcome"] == "passed":
