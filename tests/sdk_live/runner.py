@@ -1,15 +1,15 @@
 """Runs the azure-servicebus SDK's own live tests, unmodified, against a ray_broker namespace.
 
-    .venv/bin/python -m tests.sdk_live.runner            # every live test (about an hour)
+    .venv/bin/python -m tests.sdk_live.runner            # every live test, 4 groups at once (~30 min)
     .venv/bin/python -m tests.sdk_live.runner --fast     # the CI subset (selection.FAST)
     .venv/bin/python -m tests.sdk_live.runner --only mgmt_tests/test_mgmt_queues.py
 
 It fetches the SDK's source package with pip into a cache directory, checks its pinned SHA-256,
 extracts its `tests/`, puts this directory's stubs in place of Azure's test framework
-(devtools_testutils, the preparers), starts a namespace in memory with an AMQP port and a
-management port on an embedded local Ray, runs the tests with pytest in a subprocess, and prints
-a JSON summary: counts in all and by file, and each failing test with the first line of its
-error. Exits 0 when no selected test failed, 1 otherwise."""
+(devtools_testutils, the preparers), starts namespaces in memory with an AMQP port and a
+management port on an embedded local Ray (one per group of tests, `selection.GROUPS`), runs each
+group with pytest in a subprocess, and prints a JSON summary: counts in all and by file, and each
+failing test with the first line of its error. Exits 0 when no selected test failed, 1 otherwise."""
 from __future__ import annotations
 
 import argparse
@@ -50,7 +50,6 @@ class Target:
 
     name: str
     amqp_port: int
-    management_port: int | None
     ray_address: str
     ca_file: str
     key_name: str
@@ -65,7 +64,7 @@ def target_of(ns: Any) -> Target:
 
     config = ns.config
     key = config.shared_access_keys()[0]
-    return Target(config.name, config.amqp_port, config.management_port, str(ray.get_runtime_context().gcs_address),
+    return Target(config.name, config.amqp_port, str(ray.get_runtime_context().gcs_address),
                   certificate_path(config.name, config.data_dir), key.name, key.key)
 
 
