@@ -73,6 +73,9 @@ class NamespaceConfig:
     management_port: int | None = None
     """A port the AMQP front end serves the management API on over plain HTTP alone (as Microsoft's
     emulator does on 5300), besides the AMQP port (which serves it too); None for none."""
+    listen_host: str | None = None
+    """The address the AMQP front end listens on (`ray-broker emulator --host`); None for every
+    interface of its node."""
 
     def shared_access_keys(self) -> tuple[SasKey, ...]:
         """The namespace's shared access keys."""
@@ -276,9 +279,9 @@ def store_directory(name: str, data_dir: str | None) -> str:
 
 def check_start_options(name: str, *, sku: str, partitions: int | None, gateways: int,
                         durability: str, replicas: int = 1, amqp_port: int | None = None,
-                        management_port: int | None = None) -> tuple[Sku, int]:
+                        management_port: int | None = None, any_tier_partitions: bool = False) -> tuple[Sku, int]:
     """Validate `start` arguments on their own, before anything starts: the tier and the partition
-    count they give."""
+    count they give (`partitions` on any tier with `any_tier_partitions`)."""
     check_namespace_name(name)
     _check_port("amqp_port", amqp_port)
     _check_port("management_port", management_port)
@@ -291,7 +294,7 @@ def check_start_options(name: str, *, sku: str, partitions: int | None, gateways
     if isinstance(replicas, bool) or not isinstance(replicas, int) or not 1 <= replicas <= MAX_REPLICAS:
         raise InvalidArgumentError(f"replicas must be an int from 1 to {MAX_REPLICAS}, got {replicas!r}")
     tier = get_sku(sku)
-    count = partition_count_for(tier, partitions)
+    count = partition_count_for(tier, partitions, any_tier=any_tier_partitions)
     if isinstance(gateways, bool) or not isinstance(gateways, int) or not 1 <= gateways <= MAX_GATEWAYS:
         raise InvalidArgumentError(f"gateways must be an int from 1 to {MAX_GATEWAYS}, got {gateways!r}")
     if durability not in DURABILITY_MODES:
@@ -320,17 +323,22 @@ def stored_config_for(name: str, tier: Sku, count: int, directory: str) -> Names
 def plan_config(name: str, *, sku: str, partitions: int | None, data_dir: str | None, gateways: int,
                 durability: str, nodes: list[tuple[str, str | None]], local_node: str,
                 auth_token_hash: str | None = None, replicas: int = 1,
-                amqp_port: int | None = None, management_port: int | None = None) -> NamespaceConfig:
+                amqp_port: int | None = None, management_port: int | None = None,
+                any_tier_partitions: bool = False, listen_host: str | None = None,
+                shared_access_keys: tuple[SasKey, ...] | None = None) -> NamespaceConfig:
     """Validate `start` arguments, reconcile them with a configuration already on disk (read only)
     and place the partitions; `nodes` are the cluster's alive nodes (`(node_id, store label)`),
     `local_node` the id of the one starting the namespace.
 
     With several `replicas`, every replica is placed (`slot` order), those of a partition on
     distinct nodes (distinct store labels where nodes have them), in memory and on shared storage
-    too; more replicas than such nodes is refused. The shared access keys are those stored, else
-    new ones (`RootManageSharedAccessKey`)."""
+    too; more replicas than such nodes is refused. The shared access keys are `shared_access_keys`
+    when given (only `ray-broker emulator` gives them: the emulator's published key), else those
+    stored, else new ones (`RootManageSharedAccessKey`). `any_tier_partitions` and `listen_host`
+    as `check_start_options` and `NamespaceConfig` say."""
     tier, count = check_start_options(name, sku=sku, partitions=partitions, gateways=gateways, durability=durability,
-                                      replicas=replicas, amqp_port=amqp_port, management_port=management_port)
+                                      replicas=replicas, amqp_port=amqp_port, management_port=management_port,
+                                      any_tier_partitions=any_tier_partitions)
     threads = GROUP_COMMIT_THREADS if os.environ.get(GROUP_COMMIT_ENV, "").lower() == "on" else 1
     directory = None if durability == "memory" else store_directory(name, data_dir)
     stored = None if directory is None else stored_config_for(name, tier, count, directory)
@@ -346,10 +354,11 @@ def plan_config(name: str, *, sku: str, partitions: int | None, data_dir: str | 
         placement = None
     else:
         placement = place_partitions(count, nodes, local_node, None if stored is None else stored.placement)
-    keys = stored.sas_keys if stored is not None and stored.sas_keys else \
+    keys = tuple((k.name, k.key, tuple(k.rights)) for k in shared_access_keys) if shared_access_keys else \
+        stored.sas_keys if stored is not None and stored.sas_keys else \
         tuple((k.name, k.key, k.rights) for k in root_keys())
     return NamespaceConfig(name, tier.name, count, directory, durability, gateways, placement, auth_token_hash,
-                           threads, replicas, amqp_port, keys, management_port)
+                           threads, replicas, amqp_port, keys, management_port, listen_host)
 
 
 def check_replica_nodes(replicas: int, nodes: list[tuple[str, str | None]]) -> None:

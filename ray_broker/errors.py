@@ -34,6 +34,7 @@ __all__ = [
     "RayStartupError",
     "MissingDependencyError",
     "PortUnavailableError",
+    "EmulatorConfigError",
     "MessageAlreadySettled",
     "ReplicationWarning",
     "unwrap_remote_error",
@@ -183,6 +184,12 @@ class MissingDependencyError(InvalidOperationError):
 class PortUnavailableError(InvalidOperationError):
     """A port the namespace would serve on cannot be listened on (another process holds it, or it
     needs privileges): found before anything is started."""
+
+
+class EmulatorConfigError(InvalidArgumentError):
+    """The emulator's `Config.json` cannot be used: it is not JSON (the message gives the line and
+    column), or it names an unknown property or a value the broker refuses (the message names the
+    entity and the property). Found before anything is started."""
 
 
 class ReplicationWarning(UserWarning):

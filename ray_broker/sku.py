@@ -46,9 +46,10 @@ def get_sku(name: str) -> Sku:
     return SKUS[name.lower()]
 
 
-def partition_count_for(sku: Sku, partitions: int | None) -> int:
-    """The namespace's partition count: fixed for basic/standard, 1..64 (default 1) for premium."""
-    if sku.fixed_partitions is not None:
+def partition_count_for(sku: Sku, partitions: int | None, *, any_tier: bool = False) -> int:
+    """The namespace's partition count: fixed for basic/standard, 1..64 (default 1) for premium;
+    1..64 (default 1) on every tier with `any_tier` (the small namespaces of `ray-broker emulator`)."""
+    if sku.fixed_partitions is not None and not any_tier:
         if partitions not in (None, sku.fixed_partitions):
             raise InvalidArgumentError(
                 f"the {sku.name} tier always has {sku.fixed_partitions} partitions; leave partitions=None"
