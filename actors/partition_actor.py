@@ -29,6 +29,7 @@ from actors.gateway_caller import GatewayCaller
 from actors.metrics import PartitionMetrics
 from actors.replica import Replica
 from ray_broker.callers import CallerWatch, Token
+from ray_broker.clock import OffsetClock
 from ray_broker.config import NODE_DATA_DIR_ENV, NamespaceConfig
 from ray_broker.engine.group_commit import Group, GroupCommitter
 from ray_broker.engine.operations import operation
@@ -153,6 +154,8 @@ class PartitionActor:
         namespace = NamespaceConfig(**config)
         self.config = namespace
         self.index = index
+        self.clock = OffsetClock()
+        """The engine's clock: the wall clock, moved ahead only by `advance_clock` (tests)."""
         self._callers = CallerWatch()
         owner = f"Ray cluster {ray.get_runtime_context().gcs_address}, actor {namespace.replica_name(index, replica)}"
         path = namespace.store_path(index, os.environ.get(NODE_DATA_DIR_ENV), replica)
@@ -179,7 +182,7 @@ class PartitionActor:
 
     def _serve(self) -> None:
         """Build the engine over the store (as it is now) and serve calls."""
-        engine = PartitionEngine(self.index, self.config.partition_count, self.store)
+        engine = PartitionEngine(self.index, self.config.partition_count, self.store, self.clock)
         self.metrics = PartitionMetrics(self.config.name, self.index, self.config.partition_count, engine)
         self._committer = GroupCommitter(engine, self._execute, lock=self._lock, durable=self._durable,
                                          committed=self._committed)
@@ -217,21 +220,7 @@ class PartitionActor:
         while True:
             time.sleep(HOUSEKEEPING_INTERVAL_S)
             try:
-                with self._lock:
-                    if self.engine is None or self.metrics is None:
-                        continue
-                    engine, metrics = self.engine, self.metrics
-                    if self._forwarder is None and engine.forwards():
-                        self._forwarder = _ForwardThread(self.config, self.index,
-                                                         _LockedOutbox(lambda: self._serving()[0], self._lock,
-                                                                       self._durable))
-                        self._forwarder.start()
-                    changed = metrics.run(engine.housekeeping)
-                    self._durable(wait=False)
-                    if self.replica is not None:
-                        metrics.replicas(self.replica.lag())
-                    if metrics.tick() or changed:
-                        self._notify()
+                self._housekeep()
                 failures = 0
             except Exception:  # noqa: BLE001 - housekeeping must keep running; the next round retries
                 if failures % HOUSEKEEPING_LOG_EVERY == 0:
@@ -340,6 +329,34 @@ class PartitionActor:
         logger.warning("partition %d of namespace %r: the caller of a waiting receive on %r is gone; %d message(s) "
                        "locked for it released", self.index, self.config.name, entity, len(ops))
         self._run(Settle(entity, subq, ops, session))
+
+    def _housekeep(self) -> None:
+        """One round of housekeeping: due scheduled messages activated, expired ones and lapsed
+        locks dealt with, the forwarder started when an entity forwards, metrics kept."""
+        with self._lock:
+            if self.engine is None or self.metrics is None:
+                return
+            engine, metrics = self.engine, self.metrics
+            if self._forwarder is None and engine.forwards():
+                self._forwarder = _ForwardThread(self.config, self.index,
+                                                 _LockedOutbox(lambda: self._serving()[0], self._lock, self._durable))
+                self._forwarder.start()
+            changed = metrics.run(engine.housekeeping)
+            self._durable(wait=False)
+            if self.replica is not None:
+                metrics.replicas(self.replica.lag())
+            if metrics.tick() or changed:
+                self._notify()
+
+    def advance_clock(self, seconds: float) -> float:
+        """Move this partition's clock `seconds` ahead and do its housekeeping at once (tests:
+        `ray_broker.testing.advance_clock`); the clock's offset from the wall clock now."""
+        with self._lock:
+            self.clock.advance(seconds)
+        self._housekeep()
+        with self._lock:
+            self._notify()
+        return self.clock.offset
 
     def end_waits(self, receiver_id: str) -> None:
         """End the `receive_waiting` of `receiver_id` now, if one is under way (its receiver is closing)."""

@@ -47,6 +47,28 @@ class ManualClock:
         self._now += seconds
 
 
+class OffsetClock:
+    """The wall clock moved forward by an offset that only grows: a partition's clock, which tests
+    move ahead (`ray_broker.testing.advance_clock`) instead of waiting.
+
+    >>> clock = OffsetClock()
+    >>> before = clock.now(); clock.advance(3600); clock.now() - before >= 3600
+    True
+    """
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def now(self) -> float:
+        return time.time() + self.offset
+
+    def advance(self, seconds: float) -> None:
+        """Move the clock forward by `seconds` (a finite number, at least 0)."""
+        if not math.isfinite(seconds) or seconds < 0:
+            raise ValueError(f"a clock moves forward by a finite number of seconds, got {seconds!r}")
+        self.offset += seconds
+
+
 def to_datetime(epoch: float | None) -> datetime | None:
     """Convert epoch seconds to an aware UTC datetime (None stays None).
 

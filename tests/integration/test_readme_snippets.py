@@ -17,7 +17,7 @@ from .helpers import isolated_env, short_tmpdir
 README = Path(__file__).resolve().parents[2] / "README.md"
 RAY_NOTICES = ("(raylet)", "Token authentication", "WARNING")
 """Text of Ray's start-up and worker notices, which must not reach a library user."""
-MAIN_SNIPPETS = ("shop", "shop-async", "topics")
+MAIN_SNIPPETS = ("shop", "shop-async", "topics", "clock-demo")
 """The namespaces the main snippets start, in the order they run."""
 RUN_EACH_TWICE = """
 import sys
