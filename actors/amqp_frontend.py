@@ -1,7 +1,8 @@
 """The AMQP front-end actor: serves a namespace's AMQP 1.0 port to the Azure Service Bus SDKs,
 and on the same port the management API (ATOM over HTTPS, or plain HTTP) of their administration
-clients; with a `management_port`, the management API over plain HTTP on that port too (where
-applications written for Microsoft's emulator send it: its port 5300).
+clients; with a `management_port`, the management API on that port too, over plain HTTP (where
+applications written for Microsoft's emulator send it: its port 5300) or HTTPS (where the Python
+administration client sends it, whatever the connection string says), told apart by the first bytes.
 
 A thin shell: it listens with asyncio on the actor's event loop
 (`ray_broker.management_http.listener`, which tells each connection's protocol from its first
@@ -47,8 +48,8 @@ LISTEN_HOST = "0.0.0.0"
 
 class AmqpFrontend:
     """Listens on `config.amqp_port` (and `config.management_port`, if any) once `serve` is
-    called, until the actor ends. Ray restarts it when its process dies, and a restarted front end
-    listens again by itself.
+    called, until the actor ends, on `config.listen_host` (else every interface). Ray restarts it
+    when its process dies, and a restarted front end listens again by itself.
 
     Args:
         config: the namespace's configuration (`NamespaceConfig.to_dict()`).
@@ -120,8 +121,9 @@ class AmqpFrontend:
                                          WireProtocol.HTTP: on_amqp_port, WireProtocol.TLS: on_amqp_port},
                                         tls, config.amqp_port, "the AMQP port")
         if config.management_port is not None:
-            await self._listen({WireProtocol.HTTP: http(config.management_port)}, None, config.management_port,
-                               "the management port")
+            on_management_port = http(config.management_port)
+            await self._listen({WireProtocol.HTTP: on_management_port, WireProtocol.TLS: on_management_port}, tls,
+                               config.management_port, "the management port")
 
     async def _listen(self, handlers: dict[WireProtocol, StreamHandler], tls: ssl.SSLContext | None,
                       port: int | None, role: str) -> int:
@@ -131,7 +133,7 @@ class AmqpFrontend:
 
         listener = SniffingListener(handlers, tls)
         try:
-            bound = await listener.listen(LISTEN_HOST, port or 0)
+            bound = await listener.listen(self._config.listen_host or LISTEN_HOST, port or 0)
         except OSError as exc:
             for started in self._listeners:
                 started.close()

@@ -21,7 +21,7 @@ from typing import Annotated, Any, Sequence
 import typer
 
 from ..ray_head import SIGNAL_CHECK_ENV
-from . import entities, keys, messages, namespaces, tools
+from . import emulator, entities, keys, messages, namespaces, tools
 from .failures import error_line, exit_code, is_help_shown
 from .quiet import quiet_ray
 
@@ -84,6 +84,7 @@ app.command()(messages.send)
 app.command()(messages.receive)
 app.command()(messages.peek)
 app.command()(tools.demo)
+app.command()(emulator.emulator)
 app.command(add_help_option=False, context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(
     tools.bench)
 

@@ -30,6 +30,7 @@ from typing import Any, Callable, Generator, TypeVar, Union
 import ray
 from ray.exceptions import GetTimeoutError
 
+from ..amqp.sas import SasKey
 from ..config import (
     RAY_NAMESPACE,
     STORE_LABEL,
@@ -197,14 +198,17 @@ def ensure_ray(address: str | None = None) -> None:
                 "only on a Ray it starts)", target)
 
 
-def start_local_ray() -> None:
+def start_local_ray(temp_dir: str | None = None, log_to_driver: bool = False) -> None:
     """Start an embedded local Ray for this process, trying `LOCAL_RAY_ATTEMPTS` times;
-    `RayStartupError` saying what Ray reported, and what to do, when no try succeeds."""
+    `RayStartupError` saying what Ray reported, and what to do, when no try succeeds. `temp_dir`
+    gives it a temporary directory of its own (Ray's default otherwise); `log_to_driver` shows its
+    workers' output on this process's standard streams."""
     failure: Exception | None = None
     for _ in range(LOCAL_RAY_ATTEMPTS):
         try:
-            ray.init(address="local", namespace=RAY_NAMESPACE, include_dashboard=False, log_to_driver=False,
-                     configure_logging=False, _system_config=LOCAL_RAY_SYSTEM_CONFIG)
+            ray.init(address="local", namespace=RAY_NAMESPACE, include_dashboard=False, log_to_driver=log_to_driver,
+                     configure_logging=False, _system_config=LOCAL_RAY_SYSTEM_CONFIG,
+                     **({"_temp_dir": temp_dir} if temp_dir is not None else {}))
             return
         except Exception as exc:  # noqa: BLE001 - Ray's start-up failures are untyped (Exception, RuntimeError)
             failure = exc
@@ -267,15 +271,19 @@ def ray_flow(address: str | None = None) -> LifecycleFlow[None]:
 def start_flow(name: str, *, sku: str, partitions: int | None, data_dir: str | None, gateways: int,
                durability: str, address: str | None, auth_token: str | None = None,
                replicas: int = 1, amqp_port: int | None = None,
-               management_port: int | None = None) -> LifecycleFlow[NamespaceConfig]:
+               management_port: int | None = None, any_tier_partitions: bool = False,
+               listen_host: str | None = None,
+               shared_access_keys: tuple[SasKey, ...] | None = None) -> LifecycleFlow[NamespaceConfig]:
     """Start namespace `name` (or find it running, if `auth_token` is its token) and return its
     configuration; with `amqp_port`, its AMQP front end too (serving the management API on
     `management_port` as well, when given). `replicas=2` is warned of (`ReplicationWarning`): it
-    cannot fail over."""
+    cannot fail over. `any_tier_partitions`, `listen_host` and `shared_access_keys` are what only
+    `ray-broker emulator` sets (see `plan_config`)."""
     from actors.deploy import deploy
 
     check_start_options(name, sku=sku, partitions=partitions, gateways=gateways, durability=durability,
-                        replicas=replicas, amqp_port=amqp_port, management_port=management_port)
+                        replicas=replicas, amqp_port=amqp_port, management_port=management_port,
+                        any_tier_partitions=any_tier_partitions)
     if replicas == 2:
         warnings.warn(NO_FAILOVER_WITH_TWO_REPLICAS, ReplicationWarning)
     if amqp_port is not None:
@@ -286,27 +294,31 @@ def start_flow(name: str, *, sku: str, partitions: int | None, data_dir: str | N
     if running is not None:
         check_auth_token(running, auth_token)
         return running
-    check_front_end_ports(amqp_port, management_port)
+    check_front_end_ports(amqp_port, management_port, listen_host)
     nodes = [(str(n["NodeID"]), (n.get("Labels") or {}).get(STORE_LABEL)) for n in ray.nodes() if n["Alive"]]
     config = plan_config(name, sku=sku, partitions=partitions, data_dir=data_dir, gateways=gateways,
                          durability=durability, nodes=nodes, local_node=ray.get_runtime_context().get_node_id(),
                          auth_token_hash=required, replicas=replicas, amqp_port=amqp_port,
-                         management_port=management_port)
+                         management_port=management_port, any_tier_partitions=any_tier_partitions,
+                         listen_host=listen_host, shared_access_keys=shared_access_keys)
     yield from stores_free_flow(config)
     save_config(config)
     yield Blocking(deploy, (config,))
     return config
 
 
-def check_front_end_ports(amqp_port: int | None, management_port: int | None) -> None:
+def check_front_end_ports(amqp_port: int | None, management_port: int | None,
+                          listen_host: str | None = None) -> None:
     """`PortUnavailableError` when the AMQP front end of a namespace starting here could not listen
-    on its ports (it listens on this node); nothing without `amqp_port`. A running namespace's own
-    front end holds its ports: check before starting one, not before finding one running."""
+    on its ports (it listens on this node, on `listen_host` or every interface); nothing without
+    `amqp_port`. A running namespace's own front end holds its ports: check before starting one,
+    not before finding one running."""
     if amqp_port is None:
         return
     from actors.amqp_frontend import LISTEN_HOST
 
-    check_ports_free([(amqp_port, "the AMQP port"), (management_port, "the management port")], LISTEN_HOST)
+    check_ports_free([(amqp_port, "the AMQP port"), (management_port, "the management port")],
+                     listen_host or LISTEN_HOST)
 
 
 def connect_flow(name: str, address: str | None, how_to_start: str,

@@ -1,0 +1,69 @@
+"""SIGINT and SIGTERM as a container's main process takes them: the first asks for an orderly stop
+(`Stopping` is raised in the main thread, wherever it is: starting, serving), any later one ends
+the process at once, after the `abort` callback (which kills what must not outlive it).
+"""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from types import FrameType
+from typing import Any, Callable
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+ABORT_EXIT_CODE = 130
+"""The status of a run a second signal ended (interrupted, as the shell counts it)."""
+
+
+class Stopping(BaseException):
+    """Raised in the main thread by the first SIGINT or SIGTERM: stop what was started, exit 0.
+    A `BaseException`, as `KeyboardInterrupt` is, so that no `except Exception` swallows it."""
+
+
+class ForegroundSignals:
+    """Takes SIGINT and SIGTERM while installed (`with`); the handlers they had come back after.
+
+    Args:
+        abort: called on the second signal, just before the process ends with `ABORT_EXIT_CODE`.
+    """
+
+    def __init__(self, abort: Callable[[], None]) -> None:
+        self._abort = abort
+        self._stopping = False
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> ForegroundSignals:
+        self._previous = {s: signal.getsignal(s) for s in STOP_SIGNALS}
+        self.install()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+    def install(self) -> None:
+        """(Re)install the handlers: starting Ray sets a SIGTERM handler of its own."""
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, self._handle)
+
+    @property
+    def stopping(self) -> bool:
+        """Whether a stop was asked for."""
+        return self._stopping
+
+    def wait(self) -> None:
+        """Block until a signal asks to stop (it raises `Stopping` here)."""
+        while True:
+            time.sleep(3600)
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if not self._stopping:
+            self._stopping = True
+            raise Stopping(signal.Signals(signum).name)
+        try:
+            self._abort()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(ABORT_EXIT_CODE)
