@@ -222,6 +222,16 @@ class Peek(NamedTuple):
     to_sequence: int | None = None
 
 
+class Purge(NamedTuple):
+    """Remove up to `max_count` messages of a sub-queue (of every state but on their way to a
+    forwarding destination), locked ones too; replies `{"removed", "more"}`."""
+
+    OPERATION = "purge"
+    entity: str
+    subq: int
+    max_count: int
+
+
 class CommitTransaction(NamedTuple):
     """Apply a transaction's sends and settlements all or nothing, once (a repeat answers with the
     first commit's results) and only before `deadline` (epoch seconds)."""
@@ -281,8 +291,8 @@ SessionOperation = Union[RenewSession, ReleaseSession, GetSessionState, SetSessi
 
 PartitionRequest = Union[CreateEntity, UpdateEntity, DeleteEntity, GetEntity, ListEntities, Runtime, ListSessions,
                          IntegrityCheck, AddRule, UpdateRule, RemoveRule, Send, CancelScheduled, Receive, HasAvailable,
-                         Settle, ReceiveDeferred, Peek, CommitTransaction, AcceptSession, RenewSession, ReleaseSession,
-                         GetSessionState, SetSessionState]
+                         Settle, ReceiveDeferred, Peek, Purge, CommitTransaction, AcceptSession, RenewSession,
+                         ReleaseSession, GetSessionState, SetSessionState]
 """Everything a partition runs."""
 
 SESSION_OPERATIONS: dict[str, type[Any]] = {cls.OPERATION: cls for cls in (RenewSession, ReleaseSession,
@@ -291,7 +301,7 @@ SESSION_OPERATIONS: dict[str, type[Any]] = {cls.OPERATION: cls for cls in (Renew
 
 PARTITION_REQUESTS: tuple[type[Any], ...] = (
     CreateEntity, UpdateEntity, DeleteEntity, GetEntity, ListEntities, Runtime, ListSessions, IntegrityCheck, AddRule,
-    UpdateRule, RemoveRule, Send, CancelScheduled, Receive, HasAvailable, Settle, ReceiveDeferred, Peek,
+    UpdateRule, RemoveRule, Send, CancelScheduled, Receive, HasAvailable, Settle, ReceiveDeferred, Peek, Purge,
     CommitTransaction, AcceptSession, RenewSession, ReleaseSession, GetSessionState, SetSessionState)
 """Every partition request type, for operation tables (each must cover them all)."""
 

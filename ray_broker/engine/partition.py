@@ -26,7 +26,7 @@ from ..protocol import (
     TRANSFER_DEAD_LETTER,
 )
 from ..wire import SessionRef, Send, Settlement, TransactionOperation
-from . import catalog, outbox, receiving, scheduling, sending, sessions, settling, topics, transactions
+from . import catalog, outbox, purging, receiving, scheduling, sending, sessions, settling, topics, transactions
 from .state import PartitionState
 from .store import Store
 
@@ -189,6 +189,14 @@ class PartitionEngine:
         """Browse messages from `from_sequence` (before `to_sequence` when given) in sequence order
         without locking them."""
         return receiving.peek(self.state, entity, subq, from_sequence, max_count, session_id, to_sequence)
+
+    def purge(self, entity: str, subq: int, max_count: int) -> purging.PurgeBatch:
+        """Remove up to `max_count` messages of a sub-queue, locked ones too: `{"removed", "more"}`.
+
+        See `purging.purge`.
+        """
+        self._used(entity)
+        return purging.purge(self.state, entity, subq, max_count)
 
     # ------------------------------------------------------------------ transactions and forwarding
 

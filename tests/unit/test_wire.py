@@ -43,6 +43,7 @@ EXAMPLES: dict[type[Any], wire.PartitionRequest] = {
     wire.Settle: wire.Settle("q", MAIN, SETTLEMENTS, REF),
     wire.ReceiveDeferred: wire.ReceiveDeferred("q", MAIN, [7], PEEK_LOCK, REF),
     wire.Peek: wire.Peek("q", MAIN, 1, 10, "s1", 99),
+    wire.Purge: wire.Purge("q", MAIN, 1000),
     wire.CommitTransaction: wire.CommitTransaction("tx", 1_700_000_100.0, [
         wire.Send("q", ENVELOPES), wire.Settle("q", MAIN, SETTLEMENTS[:1], REF)]),
     wire.AcceptSession: wire.AcceptSession("q", None),
