@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Iterable, TypeVar
+from typing import TYPE_CHECKING, Any, AsyncIterator, Iterable, TypeVar
 
 from ..amqp.sas import SasKey
-from ..client import management
+from ..client import management, operating
 from ..client.direct import open_link
 from ..client.flow import Flow, run_async
 from ..client.handle import NamespaceBase
@@ -21,6 +21,7 @@ from ..entities import (
     check_subscription_name,
 )
 from ..filters import RuleProperties, TrueFilter
+from ..protocol import SubQueue
 from .closing import Closing
 from .paging import ItemList
 from .receiver import Receiver
@@ -188,6 +189,65 @@ class Namespace(NamespaceBase[Sender, Receiver, Transaction], Closing):
         check_entity_name(topic_name, "topic")
         check_subscription_name(subscription_name)
         return ItemList(lambda: self._run(management.list_rules(topic_name, subscription_name)))
+
+    # ------------------------------------------------------------------ operator actions
+
+    async def purge(self, entity: str, *, sub_queue: Any = None) -> int:
+        """Remove every message of a queue or subscription (or of its dead-letter queue), as
+        `rb.Namespace.purge` does; how many it removed."""
+        removed = 0
+        async for count in self.purge_batches(entity, sub_queue=sub_queue):
+            removed += count
+        return removed
+
+    async def purge_batches(self, entity: str, *, sub_queue: Any = None) -> AsyncIterator[int]:
+        """`purge` one batch at a time: yields how many messages each batch removed."""
+        subq = operating.sub_queue_number(sub_queue)
+        name = (await self._run(operating.holder(entity)))["name"]
+        while True:
+            reply = await self._run(operating.purge_batch(name, subq))
+            yield int(reply["removed"])
+            if not reply["more"]:
+                return
+
+    async def resubmit_dead_letters(self, entity: str, *, sequence_numbers: Iterable[int] | None = None,
+                                    to: str | None = None) -> int:
+        """Move dead letters back to their entity or to `to`, as `rb.Namespace.resubmit_dead_letters`
+        does; how many moved."""
+        moved = 0
+        async for count in self.resubmit_batches(entity, sequence_numbers=sequence_numbers, to=to):
+            moved += count
+        return moved
+
+    async def resubmit_batches(self, entity: str, *, sequence_numbers: Iterable[int] | None = None,
+                               to: str | None = None) -> AsyncIterator[int]:
+        """`resubmit_dead_letters` one batch at a time: yields how many each batch moved."""
+        numbers = operating.wanted(sequence_numbers)
+        definition = await self._run(operating.holder(entity))
+        target = await self._run(operating.destination(to, definition))
+        receiver = self.get_queue_receiver(definition["name"], sub_queue=SubQueue.DEAD_LETTER)
+        sender = (self.get_queue_sender if target.kind == "queue" else self.get_topic_sender)(target.name)
+        skipped: list[Any] = []
+        try:
+            while numbers is None or numbers:
+                batch = await receiver.receive_messages(operating.RESUBMIT_BATCH,
+                                                        max_wait_time=operating.RESUBMIT_WAIT_S)
+                if not batch:
+                    return
+                moving = [m for m in batch if numbers is None or m.sequence_number in numbers]
+                skipped += [m for m in batch if numbers is not None and m.sequence_number not in numbers]
+                if moving:
+                    await sender.send_messages([operating.resubmitted(m) for m in moving])
+                    for message in moving:
+                        await receiver.complete_message(message)
+                        if numbers is not None:
+                            numbers.discard(message.sequence_number)
+                    yield len(moving)
+        finally:
+            for message in skipped:
+                await receiver.abandon_message(message)
+            await receiver.close()
+            await sender.close()
 
     # ------------------------------------------------------------------ sessions
 

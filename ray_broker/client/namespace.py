@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import Any, Iterable, TypeVar
+from typing import Any, Iterable, Iterator, TypeVar
 
 from ..amqp.sas import SasKey
 from ..config import NamespaceConfig
@@ -22,7 +22,8 @@ from ..entities import (
     check_entity_name,
 )
 from ..filters import RuleProperties, TrueFilter
-from . import management
+from ..protocol import SubQueue
+from . import management, operating
 from .core import DEFAULT_TIMEOUT_S
 from .direct import open_link
 from .flow import Flow, run
@@ -305,6 +306,67 @@ class Namespace(NamespaceBase[Sender, Receiver, Transaction]):
         """A subscription's rules."""
         return self._run(management.list_rules(topic_name, subscription_name))
 
+
+    # ------------------------------------------------------------------ operator actions
+
+    def purge(self, entity: str, *, sub_queue: Any = None) -> int:
+        """Remove every message of a queue or subscription (`TOPIC/Subscriptions/SUB`): active,
+        deferred and scheduled ones, locked ones too (their settlement then fails with the lock
+        lost); with `sub_queue=SubQueue.DEAD_LETTER`, those of its dead-letter queue instead. Runs
+        in batches of `operating.PURGE_BATCH` per partition, so other traffic goes on meanwhile;
+        returns how many messages it removed. Sessions' states, sequence numbers and other
+        entities are untouched."""
+        return sum(self.purge_batches(entity, sub_queue=sub_queue))
+
+    def purge_batches(self, entity: str, *, sub_queue: Any = None) -> Iterator[int]:
+        """`purge` one batch at a time: yields how many messages each batch removed (stop iterating
+        to stop between batches)."""
+        subq = operating.sub_queue_number(sub_queue)
+        name = self._run(operating.holder(entity))["name"]
+        while True:
+            reply = self._run(operating.purge_batch(name, subq))
+            yield int(reply["removed"])
+            if not reply["more"]:
+                return
+
+    def resubmit_dead_letters(self, entity: str, *, sequence_numbers: Iterable[int] | None = None,
+                              to: str | None = None) -> int:
+        """Move dead letters of a queue or subscription (`TOPIC/Subscriptions/SUB`), all or those
+        with `sequence_numbers`, back to their entity (a subscription's to its topic) or to `to`
+        (a queue or topic), as new messages with the same body and properties but without the
+        dead-letter reason and description. Each is removed from the dead-letter queue only once
+        its copy is stored (an interruption leaves at worst a copy, never a loss). Returns how
+        many moved."""
+        return sum(self.resubmit_batches(entity, sequence_numbers=sequence_numbers, to=to))
+
+    def resubmit_batches(self, entity: str, *, sequence_numbers: Iterable[int] | None = None,
+                         to: str | None = None) -> Iterator[int]:
+        """`resubmit_dead_letters` one batch at a time: yields how many each batch moved."""
+        numbers = operating.wanted(sequence_numbers)
+        definition = self._run(operating.holder(entity))
+        target = self._run(operating.destination(to, definition))
+        receiver = self.get_queue_receiver(definition["name"], sub_queue=SubQueue.DEAD_LETTER)
+        sender = (self.get_queue_sender if target.kind == "queue" else self.get_topic_sender)(target.name)
+        skipped: list[Any] = []
+        try:
+            while numbers is None or numbers:
+                batch = receiver.receive_messages(operating.RESUBMIT_BATCH, max_wait_time=operating.RESUBMIT_WAIT_S)
+                if not batch:
+                    return
+                moving = [m for m in batch if numbers is None or m.sequence_number in numbers]
+                skipped += [m for m in batch if numbers is not None and m.sequence_number not in numbers]
+                if moving:
+                    sender.send_messages([operating.resubmitted(m) for m in moving])
+                    for message in moving:
+                        receiver.complete_message(message)
+                        if numbers is not None:
+                            numbers.discard(message.sequence_number)
+                    yield len(moving)
+        finally:
+            for message in skipped:
+                receiver.abandon_message(message)
+            receiver.close()
+            sender.close()
 
     # ------------------------------------------------------------------ sessions
 

@@ -29,12 +29,14 @@ from ..sku import Sku
 from .channel import PartitionChannel
 from .coordinator import ReceiveCoordinator
 from .definitions import Definitions
+from .purging import Purges
 from .reaching import PartitionReach
 from .receiving import Hints
 from .sending import Sends
 
 DATA_OPERATIONS = ("send", "send_batches", "cancel_scheduled", "commit_transaction", "receive", "settle",
-                   "close_receiver", "receive_deferred", "peek", "accept_session", "session_call", "definition")
+                   "close_receiver", "receive_deferred", "peek", "accept_session", "session_call", "definition",
+                   "purge")
 """The operations clients run on a router (a definition too: a direct client keeps its own cache
 of them); everything else a gateway serves is management."""
 
@@ -59,6 +61,7 @@ class Router:
         spread = itertools.count(random.randrange(self.reach.count))
         self.sends = Sends(self.reach, self.definitions, self.hints, sku, spread)
         self.receives = ReceiveCoordinator(self.reach, self.definitions, self.hints, spread)
+        self.purges = Purges(self.reach, self.definitions)
         self.operations: dict[str, Callable[..., Awaitable[Any]]] = {
             "send": self.sends.send,
             "send_batches": self.sends.send_batches,
@@ -72,6 +75,7 @@ class Router:
             "accept_session": self.receives.accept_session,
             "session_call": self.receives.session_call,
             "definition": self.definitions.get,
+            "purge": self.purges.purge,
         }
         """The data operations by name (`DATA_OPERATIONS`)."""
 

@@ -1,0 +1,28 @@
+"""A purge's batch across the partitions that hold an entity: one `Purge` request on each, at once."""
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from ..wire import Purge
+from . import planner
+from .definitions import Definitions
+from .reaching import PartitionReach
+
+
+class Purges:
+    """Runs purge batches over `reach`, finding where an entity lives in `definitions`."""
+
+    def __init__(self, reach: PartitionReach, definitions: Definitions) -> None:
+        self._reach = reach
+        self._definitions = definitions
+
+    async def purge(self, entity: str, subq: int, max_count: int, timeout: float) -> dict[str, Any]:
+        """Remove up to `max_count` messages of sub-queue `subq` of `entity` on each partition that
+        holds it (each retried there until `timeout`): how many in all, and whether any has more."""
+        deadline = self._reach.clock() + timeout
+        definition = await self._definitions.get(entity)
+        replies = await asyncio.gather(*(self._reach.keyed(k, Purge(entity, subq, max_count), deadline=deadline,
+                                                            entity=entity)
+                                         for k in planner.hosts(definition, self._reach.count)))
+        return {"removed": sum(r["removed"] for r in replies), "more": any(r["more"] for r in replies)}

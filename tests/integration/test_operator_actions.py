@@ -1,0 +1,96 @@
+"""Operator actions on real Ray: purging a queue, a subscription or a dead-letter queue, and
+resubmitting dead letters, sync (both client paths) and async."""
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+import ray_broker as rb
+import ray_broker.aio as rba
+from ray_broker import Message, SubQueue
+
+BOTH_PATHS = True
+
+
+def name(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def dead_letter(ns: rb.Namespace, entity: str, count: int) -> list[int]:
+    """Receive `count` messages of a queue (or subscription path) and dead-letter them; their sequence numbers."""
+    seqs: list[int] = []
+    with ns.get_queue_receiver(entity) as receiver:
+        while len(seqs) < count:
+            batch = receiver.receive_messages(count - len(seqs), max_wait_time=5)
+            assert batch, f"only {len(seqs)} of {count} messages arrived"
+            for message in batch:
+                receiver.dead_letter_message(message, reason="bad", error_description="broken")
+                seqs.append(message.sequence_number)
+    return seqs
+
+
+def test_purge_empties_a_partitioned_queue_and_leaves_its_dead_letters(namespace: rb.Namespace) -> None:
+    q = name("purge")
+    namespace.create_queue(q, enable_partitioning=True)
+    with namespace.get_queue_sender(q) as sender:
+        sender.send_messages([Message(f"m{i}", partition_key=f"k{i % 7}") for i in range(2500)])
+    dead_letter(namespace, q, 3)
+    assert namespace.purge(q) == 2497
+    counts = namespace.get_queue_runtime_properties(q)
+    assert (counts.active_message_count, counts.dead_letter_message_count) == (0, 3)
+    assert namespace.purge(q, sub_queue=SubQueue.DEAD_LETTER) == 3
+    assert namespace.get_queue_runtime_properties(q).dead_letter_message_count == 0
+    assert namespace.purge(q) == 0
+
+
+def test_purge_of_one_subscription_leaves_its_sibling(namespace: rb.Namespace) -> None:
+    topic = name("purge-topic")
+    namespace.create_topic(topic)
+    namespace.create_subscription(topic, "a")
+    namespace.create_subscription(topic, "b")
+    with namespace.get_topic_sender(topic) as sender:
+        sender.send_messages([Message("x"), Message("y")])
+    assert namespace.purge(f"{topic}/Subscriptions/a") == 2
+    assert namespace.get_subscription_runtime_properties(topic, "a").active_message_count == 0
+    assert namespace.get_subscription_runtime_properties(topic, "b").active_message_count == 2
+    with pytest.raises(rb.errors.InvalidOperationError, match="topic"):
+        namespace.purge(topic)
+    with pytest.raises(rb.errors.MessagingEntityNotFoundError):
+        namespace.purge(name("missing"))
+
+
+def test_resubmit_moves_dead_letters_back_keeping_their_properties(namespace: rb.Namespace) -> None:
+    q = name("resubmit")
+    namespace.create_queue(q)
+    with namespace.get_queue_sender(q) as sender:
+        sender.send_messages([Message("one", subject="s", content_type="text/plain", correlation_id="c",
+                                      message_id="m1", application_properties={"k": 1}), Message("two")])
+    seqs = dead_letter(namespace, q, 2)
+    assert namespace.resubmit_dead_letters(q, sequence_numbers=[seqs[0]]) == 1
+    assert namespace.get_queue_runtime_properties(q).dead_letter_message_count == 1
+    with namespace.get_queue_receiver(q) as receiver:
+        (back,) = receiver.receive_messages(1, max_wait_time=5)
+        receiver.complete_message(back)
+    assert (bytes(back.body), back.subject, back.content_type, back.correlation_id, back.message_id,
+            back.application_properties) == (b"one", "s", "text/plain", "c", "m1", {"k": 1})
+    assert back.dead_letter_reason is None and back.sequence_number != seqs[0]
+    other = name("resubmit-to")
+    namespace.create_queue(other)
+    assert namespace.resubmit_dead_letters(q, to=other) == 1
+    assert namespace.get_queue_runtime_properties(other).active_message_count == 1
+    assert namespace.get_queue_runtime_properties(q).dead_letter_message_count == 0
+    assert namespace.resubmit_dead_letters(q) == 0
+
+
+async def test_async_purge_and_resubmit(namespace: rb.Namespace) -> None:
+    q = name("aio-operator")
+    namespace.create_queue(q)
+    with namespace.get_queue_sender(q) as sender:
+        sender.send_messages([Message("a"), Message("b"), Message("c")])
+    dead_letter(namespace, q, 1)
+    async with rba.Namespace(namespace.config) as ans:
+        assert await ans.resubmit_dead_letters(q) == 1
+        assert await ans.purge(q) == 3
+    counts = namespace.get_queue_runtime_properties(q)
+    assert (counts.active_message_count, counts.dead_letter_message_count) == (0, 0)
