@@ -21,7 +21,7 @@ from typing import Annotated, Any, Sequence
 import typer
 
 from ..ray_head import SIGNAL_CHECK_ENV
-from . import emulator, entities, keys, messages, namespaces, tools
+from . import emulator, entities, keys, messages, namespaces, actions, tools
 from .failures import error_line, exit_code, is_help_shown
 from .quiet import quiet_ray
 
@@ -83,6 +83,8 @@ app.add_typer(keys.keys_app, name="keys")
 app.command()(messages.send)
 app.command()(messages.receive)
 app.command()(messages.peek)
+app.command()(actions.purge)
+app.add_typer(actions.deadletter_app, name="deadletter")
 app.command()(tools.demo)
 app.command()(emulator.emulator)
 app.command(add_help_option=False, context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(

@@ -73,11 +73,14 @@ class Entity:
 
 
 def receivable(ns: Any, path: str, command: str) -> tuple[Entity, Any]:
-    """The queue, or the subscription `topic/subscriptions/sub`, that `path` names, with its
+    """The queue, or the subscription `topic/subscriptions/sub` (the segment in any case, as
+    Service Bus's `topic/Subscriptions/sub`), that `path` names, with its
     properties, for `ray-broker <command>`; `InvalidOperationError` (saying to name one of its
     subscriptions) when `path` is a topic, `MessagingEntityNotFoundError` (saying how to list
     them) when there is no such entity."""
-    topic, found, subscription = path.partition(SUBSCRIPTIONS)
+    at = path.lower().find(SUBSCRIPTIONS)
+    topic, found, subscription = (path, "", "") if at < 0 else (path[:at], SUBSCRIPTIONS,
+                                                                path[at + len(SUBSCRIPTIONS):])
     if found:
         entity = Entity("subscription", topic, subscription)
         return entity, _existing(entity, ns.name, lambda: ns.get_subscription(topic, subscription))

@@ -1,0 +1,124 @@
+"""`ray-broker purge` and `ray-broker deadletter resubmit` run as their own processes against the
+session's namespace: confirmation, --json, Ctrl-C between batches, and bad input."""
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+import uuid
+
+import pytest
+
+import ray_broker as rb
+
+from .test_cli_commands import CLI, ok, run_cli
+
+
+@pytest.fixture
+def target(namespace: rb.Namespace) -> list[str]:
+    """The options that point a command at the session's namespace."""
+    import ray
+
+    return ["-n", namespace.name, "--address", str(ray.get_runtime_context().gcs_address)]
+
+
+def queue_with(namespace: rb.Namespace, count: int, dead: int = 0, **options: bool) -> str:
+    """A new queue holding `count` messages, the first `dead` of them dead-lettered."""
+    q = f"op-{uuid.uuid4().hex[:10]}"
+    namespace.create_queue(q, **options)
+    with namespace.get_queue_sender(q) as sender:
+        for start in range(0, count, 1000):
+            sender.send_messages([rb.Message(f"m{i}", subject="s", application_properties={"i": i})
+                                  for i in range(start, min(count, start + 1000))])
+    with namespace.get_queue_receiver(q) as receiver:
+        while dead:
+            for message in receiver.receive_messages(dead, max_wait_time=5):
+                receiver.dead_letter_message(message, reason="bad")
+                dead -= 1
+    return q
+
+
+def one_error_line(result: subprocess.CompletedProcess[str], status: int) -> str:
+    assert result.returncode == status, f"exited {result.returncode}\n{result.stdout}\n{result.stderr}"
+    assert result.stderr.count("\n") == 1, result.stderr
+    return result.stderr
+
+
+def test_purge_with_yes_empties_the_queue_and_prints_one_line(namespace: rb.Namespace, target: list[str]) -> None:
+    q = queue_with(namespace, 30, dead=2)
+    assert ok(["purge", q, "--yes", *target]) == f"removed 28 message(s) from queue {q!r}\n"
+    document = json.loads(ok(["purge", q, "--dead-letter", "--yes", "--json", *target]))
+    assert document == {"entity": q, "dead_letter": True, "removed": 2, "interrupted": False}
+    counts = namespace.get_queue_runtime_properties(q)
+    assert (counts.active_message_count, counts.dead_letter_message_count) == (0, 0)
+
+
+def test_purge_without_yes_and_without_a_terminal_is_refused(namespace: rb.Namespace, target: list[str]) -> None:
+    q = queue_with(namespace, 3)
+    line = one_error_line(run_cli(["purge", q, *target]), 2)
+    assert "pass --yes" in line
+    assert namespace.get_queue_runtime_properties(q).active_message_count == 3
+
+
+def test_purge_of_a_subscription_in_service_bus_path_form(namespace: rb.Namespace, target: list[str]) -> None:
+    topic = f"op-{uuid.uuid4().hex[:10]}"
+    namespace.create_topic(topic)
+    namespace.create_subscription(topic, "all")
+    with namespace.get_topic_sender(topic) as sender:
+        sender.send_messages([rb.Message("a"), rb.Message("b")])
+    assert "removed 2 message(s)" in ok(["purge", f"{topic}/Subscriptions/all", "--yes", *target])
+
+
+def test_unknown_entity_is_one_line(target: list[str]) -> None:
+    missing = f"nothing-{uuid.uuid4().hex[:8]}"
+    for argv in (["purge", missing, "--yes"], ["deadletter", "resubmit", missing, "--yes"]):
+        line = one_error_line(run_cli([*argv, *target]), 1)
+        assert line.startswith("error: MessagingEntityNotFoundError:") and missing in line
+
+
+def test_resubmit_back_to_the_queue_and_to_another(namespace: rb.Namespace, target: list[str]) -> None:
+    q = queue_with(namespace, 3, dead=3)
+    seqs = [m.sequence_number for m in namespace.get_queue_receiver(q, sub_queue=rb.SubQueue.DEAD_LETTER)
+            .peek_messages(10)]
+    document = json.loads(ok(["deadletter", "resubmit", q, "--sequence-number", str(seqs[0]), "--yes", "--json",
+                              *target]))
+    assert document == {"entity": q, "to": None, "resubmitted": 1, "interrupted": False}
+    (back,) = namespace.get_queue_receiver(q).peek_messages(10)
+    assert (bytes(back.body), back.subject, back.application_properties) == (b"m0", "s", {"i": 0})
+    other = f"op-{uuid.uuid4().hex[:10]}"
+    namespace.create_queue(other)
+    assert ok(["deadletter", "resubmit", q, "--to", other, "--yes", *target]) == \
+        f"resubmitted 2 dead letter(s) of queue {q!r} to queue {other!r}\n"
+    assert namespace.get_queue_runtime_properties(other).active_message_count == 2
+    assert namespace.get_queue_runtime_properties(q).dead_letter_message_count == 0
+
+
+def test_nothing_to_resubmit_is_one_line(namespace: rb.Namespace, target: list[str]) -> None:
+    q = queue_with(namespace, 1)
+    line = one_error_line(run_cli(["deadletter", "resubmit", q, "--yes", *target]), 1)
+    assert line.startswith("error: MessageNotFoundError:") and "no dead letters to resubmit" in line
+    q = queue_with(namespace, 1, dead=1)
+    line = one_error_line(run_cli(["deadletter", "resubmit", q, "--sequence-number", "999999", "--yes", *target]), 1)
+    assert "no dead letter with sequence number(s) 999999" in line
+    assert namespace.get_queue_runtime_properties(q).dead_letter_message_count == 1
+
+
+def test_ctrl_c_stops_a_long_purge_between_batches_and_reports_what_it_removed(namespace: rb.Namespace,
+                                                                               target: list[str]) -> None:
+    total = 40_000
+    q = queue_with(namespace, total)
+    process = subprocess.Popen([CLI, "purge", q, "--yes", "--json", *target], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while namespace.get_queue_runtime_properties(q).active_message_count == total:
+        assert time.monotonic() < deadline and process.poll() is None, "the purge never started"
+        time.sleep(0.02)
+    process.send_signal(signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=120)
+    left = namespace.get_queue_runtime_properties(q).active_message_count
+    assert process.returncode == 130, stderr
+    document = json.loads(stdout)
+    assert document["interrupted"] is True and 0 < document["removed"] < total
+    assert document["removed"] == total - left and document["removed"] % 1000 == 0
+    assert "interrupted" in stderr
