@@ -27,8 +27,9 @@ class PurgeBatch(TypedDict):
 
 
 def purge(state: PartitionState, entity: str, subq: int, max_count: int) -> PurgeBatch:
-    """Remove up to `max_count` stored rows (a run counts as its messages) of sub-queue `subq` of
-    `entity` here, in sequence order, in one store transaction."""
+    """Remove about `max_count` messages of sub-queue `subq` of `entity` here, in sequence order,
+    in one store transaction: whole rows until `max_count` messages are reached (a run, at most
+    `messages.RUN_MAX` messages, goes whole, so a batch may end up to one run past `max_count`)."""
     if not 0 < max_count <= MAX_PURGE_BATCH:
         raise InvalidArgumentError(f"a purge batch takes 1 to {MAX_PURGE_BATCH} messages, not {max_count}")
     frag = state.fragment(entity)
@@ -37,7 +38,10 @@ def purge(state: PartitionState, entity: str, subq: int, max_count: int) -> Purg
                           "purge its subscriptions (TOPIC/Subscriptions/SUB)", frag.name)
     with state.store.transaction():
         rows = state.queries.purgeable(frag.entity_id, subq, max_count + 1)
-        taken, more = rows[:max_count], len(rows) > max_count
-        ids = [row.id for row in taken]
-        state.remove(frag, ids, [row.body for row in taken], sum(row.size for row in taken))
-    return {"removed": sum(row.span for row in taken), "more": more}
+        taken, removed = 0, 0
+        while taken < len(rows) and removed < max_count:
+            removed += rows[taken].span
+            taken += 1
+        batch = rows[:taken]
+        state.remove(frag, [row.id for row in batch], [row.body for row in batch], sum(row.size for row in batch))
+    return {"removed": removed, "more": taken < len(rows)}

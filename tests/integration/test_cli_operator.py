@@ -23,13 +23,15 @@ def target(namespace: rb.Namespace) -> list[str]:
     return ["-n", namespace.name, "--address", str(ray.get_runtime_context().gcs_address)]
 
 
-def queue_with(namespace: rb.Namespace, count: int, dead: int = 0, **options: bool) -> str:
+def queue_with(namespace: rb.Namespace, count: int, dead: int = 0, session_id: str | None = None,
+               **options: bool) -> str:
     """A new queue holding `count` messages, the first `dead` of them dead-lettered."""
     q = f"op-{uuid.uuid4().hex[:10]}"
-    namespace.create_queue(q, **options)
+    namespace.create_queue(q, requires_session=session_id is not None, **options)
     with namespace.get_queue_sender(q) as sender:
         for start in range(0, count, 1000):
-            sender.send_messages([rb.Message(f"m{i}", subject="s", application_properties={"i": i})
+            sender.send_messages([rb.Message(f"m{i}", subject="s", application_properties={"i": i},
+                                             session_id=session_id)
                                   for i in range(start, min(count, start + 1000))])
     with namespace.get_queue_receiver(q) as receiver:
         while dead:
@@ -106,8 +108,8 @@ def test_nothing_to_resubmit_is_one_line(namespace: rb.Namespace, target: list[s
 
 def test_ctrl_c_stops_a_long_purge_between_batches_and_reports_what_it_removed(namespace: rb.Namespace,
                                                                                target: list[str]) -> None:
-    total = 40_000
-    q = queue_with(namespace, total)
+    total = 30_000
+    q = queue_with(namespace, total, session_id="one")  # a message per row: a batch of 1,000 rows to delete
     process = subprocess.Popen([CLI, "purge", q, "--yes", "--json", *target], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
@@ -120,5 +122,5 @@ def test_ctrl_c_stops_a_long_purge_between_batches_and_reports_what_it_removed(n
     assert process.returncode == 130, stderr
     document = json.loads(stdout)
     assert document["interrupted"] is True and 0 < document["removed"] < total
-    assert document["removed"] == total - left and document["removed"] % 1000 == 0
+    assert document["removed"] == total - left and document["removed"] % 1000 == 0  # whole batches
     assert "interrupted" in stderr
