@@ -2,9 +2,7 @@
 from __future__ import annotations
 
 import os
-import random
 import signal
-import socket
 import time
 import uuid
 from contextlib import contextmanager
@@ -14,6 +12,7 @@ import ray
 
 import ray_broker as rb
 from ray_broker.amqp.connection_string import connection_string
+from ray_broker.testing.ports import free_port
 
 
 def partition_handle(ns: rb.Namespace, index: int) -> Any:
@@ -81,24 +80,6 @@ def short_tmpdir(prefix: str) -> str:
     import tempfile
 
     return tempfile.mkdtemp(prefix=prefix, dir="/tmp")
-
-
-QUIET_PORTS = range(20000, 32768)
-"""Ports no other process on this machine picks for itself: below the kernel's ephemeral range
-(from 32768, where a bind to port 0 and every outgoing connection take theirs) and above Ray's
-worker ports (up to 19999). A port probed free here stays free until the test listens on it."""
-
-
-def free_port() -> int:
-    """A TCP port free on every address of this machine right now, from `QUIET_PORTS`."""
-    while True:
-        port = random.choice(QUIET_PORTS)
-        with socket.socket() as probe:
-            try:
-                probe.bind(("0.0.0.0", port))
-            except OSError:
-                continue
-            return port
 
 
 @contextmanager
