@@ -3,6 +3,8 @@ session's namespace: confirmation, --json, Ctrl-C between batches, and bad input
 from __future__ import annotations
 
 import json
+import os
+import pty
 import signal
 import subprocess
 import time
@@ -124,3 +126,22 @@ def test_ctrl_c_stops_a_long_purge_between_batches_and_reports_what_it_removed(n
     assert document["interrupted"] is True and 0 < document["removed"] < total
     assert document["removed"] == total - left and document["removed"] % 1000 == 0  # whole batches
     assert "interrupted" in stderr
+
+
+@pytest.mark.parametrize(("answer", "status", "left"), [("n", 1, 4), ("y", 0, 0)])
+def test_purge_on_a_terminal_asks_first(namespace: rb.Namespace, target: list[str], answer: str, status: int,
+                                        left: int) -> None:
+    q = queue_with(namespace, 4)
+    controller, terminal = pty.openpty()
+    try:
+        process = subprocess.Popen([CLI, "purge", q, *target], stdin=terminal, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True)
+        os.write(controller, f"{answer}\n".encode())
+        stdout, stderr = process.communicate(timeout=120)
+    finally:
+        os.close(controller)
+        os.close(terminal)
+    assert process.returncode == status, stderr
+    assert f"Remove all 4 message(s) of queue {q!r}?" in stderr
+    assert namespace.get_queue_runtime_properties(q).active_message_count == left
+    assert ("removed 4 message(s)" in stdout) == (answer == "y")
