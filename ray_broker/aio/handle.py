@@ -237,7 +237,7 @@ class Namespace(NamespaceBase[Sender, Receiver, Transaction], Closing):
                 moving = [m for m in batch if numbers is None or m.sequence_number in numbers]
                 skipped += [m for m in batch if numbers is not None and m.sequence_number not in numbers]
                 if moving:
-                    await sender.send_messages([operating.resubmitted(m) for m in moving])
+                    await sender.send_messages([operating.resubmitted(m, target) for m in moving])
                     for message in moving:
                         await receiver.complete_message(message)
                         if numbers is not None:

@@ -356,7 +356,7 @@ class Namespace(NamespaceBase[Sender, Receiver, Transaction]):
                 moving = [m for m in batch if numbers is None or m.sequence_number in numbers]
                 skipped += [m for m in batch if numbers is not None and m.sequence_number not in numbers]
                 if moving:
-                    sender.send_messages([operating.resubmitted(m) for m in moving])
+                    sender.send_messages([operating.resubmitted(m, target) for m in moving])
                     for message in moving:
                         receiver.complete_message(message)
                         if numbers is not None:

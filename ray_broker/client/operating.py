@@ -5,6 +5,7 @@ An entity is a queue or a subscription path `TOPIC/Subscriptions/SUB` (any case 
 """
 from __future__ import annotations
 
+import uuid
 from typing import Any, Iterable, NamedTuple
 
 from ..entities import SUBSCRIPTIONS_SEGMENT
@@ -27,6 +28,8 @@ class Target(NamedTuple):
 
     kind: str
     name: str
+    deduplicating: bool = False
+    """Whether it drops a message whose id it saw within its duplicate detection window."""
 
 
 def sub_queue_number(sub_queue: Any) -> int:
@@ -69,9 +72,10 @@ def destination(to: str | None, definition: dict[str, Any]) -> Flow[Target]:
     """Where resubmitted dead letters of the entity `definition` describes go: `to` (a queue or a
     topic), or back to the entity (a subscription's to its topic, for its rules to select again)."""
     if to is None:
+        deduplicating = _deduplicating(definition)  # a subscription's is its topic's
         if definition["kind"] == "subscription":
-            return Target("topic", str(definition["topic"]))
-        return Target("queue", str(definition["name"]))
+            return Target("topic", str(definition["topic"]), deduplicating)
+        return Target("queue", str(definition["name"]), deduplicating)
     try:
         found = yield request("definition", to, True, timeout=MANAGEMENT_TIMEOUT_S)
     except MessagingEntityNotFoundError:
@@ -79,7 +83,11 @@ def destination(to: str | None, definition: dict[str, Any]) -> Flow[Target]:
                                            "name another", entity=to) from None
     if found["kind"] not in ("queue", "topic"):
         raise InvalidArgumentError(f"resubmit sends to a queue or a topic, and {to!r} is a {found['kind']}")
-    return Target(str(found["kind"]), str(found["name"]))
+    return Target(str(found["kind"]), str(found["name"]), _deduplicating(found))
+
+
+def _deduplicating(definition: dict[str, Any]) -> bool:
+    return bool(definition["options"].get("requires_duplicate_detection"))
 
 
 def wanted(sequence_numbers: Iterable[int] | None) -> set[int] | None:
@@ -93,12 +101,15 @@ def wanted(sequence_numbers: Iterable[int] | None) -> set[int] | None:
     return set(numbers)
 
 
-def resubmitted(dead: ReceivedMessage) -> Message:
-    """A dead letter as a new message: its body and properties, without the dead-lettering's
-    reason and description."""
+def resubmitted(dead: ReceivedMessage, target: Target) -> Message:
+    """A dead letter as a new message for `target`: its body and properties, without the
+    dead-lettering's reason and description. Its message id is kept, except for a target with
+    duplicate detection, which could take it for the original and drop it silently (and the dead
+    letter, completed once its copy is sent, would be lost): there the copy gets a new id."""
     properties = {k: v for k, v in (dead.application_properties or {}).items()
                   if k not in ("DeadLetterReason", "DeadLetterErrorDescription")}
-    return Message(bytes(dead.body), message_id=dead.message_id, session_id=dead.session_id,
+    message_id = uuid.uuid4().hex if target.deduplicating else dead.message_id
+    return Message(bytes(dead.body), message_id=message_id, session_id=dead.session_id,
                    partition_key=dead.partition_key, correlation_id=dead.correlation_id, subject=dead.subject,
                    to=dead.to, reply_to=dead.reply_to, reply_to_session_id=dead.reply_to_session_id,
                    content_type=dead.content_type, application_properties=properties or None)

@@ -83,6 +83,22 @@ def test_resubmit_moves_dead_letters_back_keeping_their_properties(namespace: rb
     assert namespace.resubmit_dead_letters(q) == 0
 
 
+def test_a_dead_letter_resubmitted_to_a_deduplicating_queue_is_not_dropped_as_its_own_duplicate(
+        namespace: rb.Namespace) -> None:
+    q = name("resubmit-dedup")
+    namespace.create_queue(q, requires_duplicate_detection=True)
+    with namespace.get_queue_sender(q) as sender:
+        sender.send_messages(Message("once", message_id="seen-before"))
+    dead_letter(namespace, q, 1)
+    assert namespace.resubmit_dead_letters(q) == 1
+    assert namespace.get_queue_runtime_properties(q).dead_letter_message_count == 0
+    with namespace.get_queue_receiver(q) as receiver:
+        back = receiver.receive_messages(1, max_wait_time=5)
+        assert [bytes(m.body) for m in back] == [b"once"], "the copy arrived (its id, seen in the window, is new)"
+        assert back[0].message_id != "seen-before"
+        receiver.complete_message(back[0])
+
+
 async def test_async_purge_and_resubmit(namespace: rb.Namespace) -> None:
     q = name("aio-operator")
     namespace.create_queue(q)
