@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import signal
 import tempfile
 import threading
 import time
@@ -56,6 +57,8 @@ class Emulator:
         self.namespace: Any = None
         """The namespace's client handle (`rb.Namespace`), once it runs."""
         self.applied: Applied | None = None
+        self._ray_pids: tuple[int, ...] = ()
+        """The processes of the local Ray this run started (GCS, raylet and their helpers)."""
 
     @property
     def data_dir(self) -> str | None:
@@ -93,6 +96,7 @@ class Emulator:
         base = tempfile.gettempdir()
         self.scratch = tempfile.mkdtemp(prefix=SCRATCH_PREFIX, dir=base if len(base) <= MAX_SCRATCH_BASE else "/tmp")
         start_local_ray(self.ray_temp_dir, log_to_driver="Console" in self.plan.config.logging)
+        self._ray_pids = _ray_process_ids()
         ray_started()
         config = start_namespace(
             self.plan.config.namespace, sku=SKU, partitions=self.plan.partitions, data_dir=self.data_dir, gateways=1,
@@ -143,15 +147,24 @@ class Emulator:
                 self.scratch = None
 
     def abort(self) -> None:
-        """End at once (a second signal): kill this process's Ray processes without waiting for
-        them, and remove the temporary directory. The stores are as a crash leaves them."""
-        import ray
-
-        node = ray._private.worker._global_node
-        if node is not None:
-            node.kill_all_processes(check_alive=False, allow_graceful=False, wait=False)
+        """End at once (a second signal, the watchdog): SIGKILL this run's Ray processes (its
+        workers end with their raylet) and remove the temporary directory; the stores are as a
+        crash leaves them. Takes no lock of Ray's (a signal may come while Ray holds one)."""
+        for pid in self._ray_pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         if self.scratch is not None:
             shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+def _ray_process_ids() -> tuple[int, ...]:
+    """The process ids of the local Ray this process started."""
+    import ray
+
+    node = ray._private.worker._global_node
+    return () if node is None else tuple(info.process.pid for infos in node.all_processes.values() for info in infos)
 
 
 class _Watchdog:
