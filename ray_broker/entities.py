@@ -53,11 +53,12 @@ QUEUE_DEFAULTS: dict[str, Any] = {
     "user_metadata": None,
     "auto_delete_on_idle": None,
     "enable_express": False,
+    "enable_batched_operations": True,
 }
 IMMUTABLE_QUEUE_OPTIONS = ("enable_partitioning", "requires_session", "requires_duplicate_detection")
-FIXED_QUEUE_PROPERTIES = ("max_message_size_in_kilobytes", "enable_batched_operations", "availability_status")
+FIXED_QUEUE_PROPERTIES = ("max_message_size_in_kilobytes", "availability_status")
 """`QueueProperties` fields that carry the SDK's names with values fixed here: the message size
-limit is the tier's, operations are always batched."""
+limit is the tier's."""
 MIN_AUTO_DELETE_ON_IDLE = timedelta(minutes=5)
 """The shortest `auto_delete_on_idle` (Service Bus's)."""
 
@@ -118,6 +119,7 @@ TOPIC_DEFAULTS: dict[str, Any] = {
     "user_metadata": None,
     "auto_delete_on_idle": None,
     "enable_express": False,
+    "enable_batched_operations": True,
 }
 TOPIC_STATUSES = ("Active", "Disabled", "SendDisabled")
 IMMUTABLE_TOPIC_OPTIONS = ("enable_partitioning", "requires_duplicate_detection")
@@ -136,6 +138,7 @@ SUBSCRIPTION_DEFAULTS: dict[str, Any] = {
     "status": DEFAULT_STATUS,
     "user_metadata": None,
     "auto_delete_on_idle": None,
+    "enable_batched_operations": True,
 }
 SUBSCRIPTION_STATUSES = ("Active", "Disabled", "ReceiveDisabled")
 IMMUTABLE_SUBSCRIPTION_OPTIONS = ("requires_session",)
@@ -186,7 +189,8 @@ def normalize_subscription_options(options: Mapping[str, Any], *,
 
 
 _FLAGS = ("enable_partitioning", "requires_session", "requires_duplicate_detection",
-          "dead_lettering_on_message_expiration", "dead_lettering_on_filter_evaluation_exceptions", "enable_express")
+          "dead_lettering_on_message_expiration", "dead_lettering_on_filter_evaluation_exceptions", "enable_express",
+          "enable_batched_operations")
 
 
 def _normalize(kind: str, defaults: Mapping[str, Any], statuses: tuple[str, ...], options: Mapping[str, Any],

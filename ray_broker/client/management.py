@@ -66,6 +66,7 @@ class QueueOptions(TypedDict, total=False):
     user_metadata: str | None
     auto_delete_on_idle: timedelta | None
     enable_express: bool
+    enable_batched_operations: bool
 
 
 def queue_definition(name: str) -> Flow[dict[str, Any]]:
@@ -145,6 +146,7 @@ class TopicOptions(TypedDict, total=False):
     user_metadata: str | None
     auto_delete_on_idle: timedelta | None
     enable_express: bool
+    enable_batched_operations: bool
 
 
 class SubscriptionOptions(TypedDict, total=False):
@@ -162,6 +164,7 @@ class SubscriptionOptions(TypedDict, total=False):
     status: str
     user_metadata: str | None
     auto_delete_on_idle: timedelta | None
+    enable_batched_operations: bool
 
 
 def entity_definition(name: str, kind: str) -> Flow[dict[str, Any]]:

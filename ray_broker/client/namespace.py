@@ -133,13 +133,14 @@ class Namespace(NamespaceBase[Sender, Receiver, Transaction]):
                      forward_dead_lettered_messages_to: str | None = None,
                      max_size_in_megabytes: int = DEFAULT_MAX_SIZE_IN_MEGABYTES, status: str = DEFAULT_STATUS,
                      user_metadata: str | None = None, auto_delete_on_idle: timedelta | None = None,
-                     enable_express: bool = False) -> QueueProperties:
+                     enable_express: bool = False, enable_batched_operations: bool = True) -> QueueProperties:
         """Create a queue (partitioned over every partition, or whole on one).
 
         `user_metadata` is free text kept with the queue (at most 1024 characters).
         `auto_delete_on_idle` (at least 5 minutes; None: never) deletes the queue once it has been
-        idle that long: no send, receive, settlement or update. `enable_express` is kept and shown
-        (messages are stored as the namespace stores every message, never less durably).
+        idle that long: no send, receive, settlement or update. `enable_express` and
+        `enable_batched_operations` are kept and shown (messages are stored as the namespace stores
+        every message, and a send is acknowledged once stored, either way).
         """
         options = {
             "enable_partitioning": enable_partitioning, "requires_session": requires_session,
@@ -151,6 +152,7 @@ class Namespace(NamespaceBase[Sender, Receiver, Transaction]):
             "forward_to": forward_to, "forward_dead_lettered_messages_to": forward_dead_lettered_messages_to,
             "max_size_in_megabytes": max_size_in_megabytes, "status": status, "user_metadata": user_metadata,
             "auto_delete_on_idle": auto_delete_on_idle, "enable_express": enable_express,
+            "enable_batched_operations": enable_batched_operations,
         }
         return self._run(management.create_queue(self.sku, queue_name, options))
 
@@ -163,7 +165,7 @@ class Namespace(NamespaceBase[Sender, Receiver, Transaction]):
 
         Given a `QueueProperties` (as `get_queue` returns it, modified), the options that differ from
         the queue's are the changes; its fixed fields (`max_message_size_in_kilobytes`,
-        `enable_batched_operations`, `availability_status`) must keep the values the queue has here.
+        `availability_status`) must keep the values the queue has here.
         """
         return self._run(management.update_queue(self.sku, properties_or_name, changes))
 
@@ -192,17 +194,18 @@ class Namespace(NamespaceBase[Sender, Receiver, Transaction]):
                      default_message_time_to_live: timedelta | None = None,
                      max_size_in_megabytes: int = DEFAULT_MAX_SIZE_IN_MEGABYTES, status: str = DEFAULT_STATUS,
                      user_metadata: str | None = None, auto_delete_on_idle: timedelta | None = None,
-                     enable_express: bool = False) -> TopicProperties:
+                     enable_express: bool = False, enable_batched_operations: bool = True) -> TopicProperties:
         """Create a topic (partitioned over every partition, or whole on one); its subscriptions
-        share its partitioning. `InvalidOperationError` on the basic tier. `auto_delete_on_idle`
-        and `enable_express` as for `create_queue` (a topic is idle while it gets no sends and no
-        update)."""
+        share its partitioning. `InvalidOperationError` on the basic tier. `auto_delete_on_idle`,
+        `enable_express` and `enable_batched_operations` as for `create_queue` (a topic is idle
+        while it gets no sends and no update)."""
         options = {
             "enable_partitioning": enable_partitioning, "requires_duplicate_detection": requires_duplicate_detection,
             "duplicate_detection_history_time_window": duplicate_detection_history_time_window,
             "default_message_time_to_live": default_message_time_to_live,
             "max_size_in_megabytes": max_size_in_megabytes, "status": status, "user_metadata": user_metadata,
             "auto_delete_on_idle": auto_delete_on_idle, "enable_express": enable_express,
+            "enable_batched_operations": enable_batched_operations,
         }
         return self._run(management.create_topic(self.sku, topic_name, options))
 
@@ -238,11 +241,12 @@ class Namespace(NamespaceBase[Sender, Receiver, Transaction]):
                             dead_lettering_on_filter_evaluation_exceptions: bool = True,
                             forward_to: str | None = None, forward_dead_lettered_messages_to: str | None = None,
                             status: str = DEFAULT_STATUS, user_metadata: str | None = None,
-                            rule: Any = None, auto_delete_on_idle: timedelta | None = None) -> SubscriptionProperties:
+                            rule: Any = None, auto_delete_on_idle: timedelta | None = None,
+                            enable_batched_operations: bool = True) -> SubscriptionProperties:
         """Create a subscription of a topic. `rule` is the filter of its "$Default" rule
         (`SqlFilter`, `CorrelationFilter`, `TrueFilter` or `FalseFilter`; None gives a TrueFilter).
-        `auto_delete_on_idle` as for `create_queue` (a subscription is idle while it gets no
-        receive, settlement or update)."""
+        `auto_delete_on_idle` and `enable_batched_operations` as for `create_queue` (a subscription
+        is idle while it gets no receive, settlement or update)."""
         options = {
             "requires_session": requires_session, "lock_duration": lock_duration,
             "max_delivery_count": max_delivery_count, "default_message_time_to_live": default_message_time_to_live,
@@ -250,6 +254,7 @@ class Namespace(NamespaceBase[Sender, Receiver, Transaction]):
             "dead_lettering_on_filter_evaluation_exceptions": dead_lettering_on_filter_evaluation_exceptions,
             "forward_to": forward_to, "forward_dead_lettered_messages_to": forward_dead_lettered_messages_to,
             "status": status, "user_metadata": user_metadata, "auto_delete_on_idle": auto_delete_on_idle,
+            "enable_batched_operations": enable_batched_operations,
         }
         return self._run(management.create_subscription(topic_name, subscription_name, options, rule))
 

@@ -70,7 +70,6 @@ def _settings(*elements: str) -> tuple[Setting, ...]:
     return tuple(Setting(e, re.sub(r"(?<!^)(?=[A-Z])", "_", e).lower(), _CODECS.get(e, FLAG)) for e in elements)
 
 
-_BATCHED = Fixed("EnableBatchedOperations", FLAG, True, "the broker always batches store operations")
 _ANONYMOUS = Fixed("IsAnonymousAccessible", FLAG, False, "anonymous access is not offered")
 _ORDERING = Fixed("SupportOrdering", FLAG, True, "ordering cannot be switched off")
 _FILTERING = Fixed("FilteringMessagesBeforePublishing", FLAG, False, "filtering before publishing is not offered")
@@ -85,8 +84,8 @@ QUEUE = DescriptionKind(
     _settings("LockDuration", "MaxSizeInMegabytes", "RequiresDuplicateDetection", "RequiresSession",
               "DefaultMessageTimeToLive", "DeadLetteringOnMessageExpiration", "DuplicateDetectionHistoryTimeWindow",
               "MaxDeliveryCount", "Status", "EnablePartitioning", "ForwardTo", "UserMetadata",
-              "ForwardDeadLetteredMessagesTo", "AutoDeleteOnIdle", "EnableExpress"),
-    (_BATCHED, _ANONYMOUS, _ORDERING),
+              "ForwardDeadLetteredMessagesTo", "AutoDeleteOnIdle", "EnableExpress", "EnableBatchedOperations"),
+    (_ANONYMOUS, _ORDERING),
     _RUNTIME,
     QUEUE_DEFAULTS,
 )
@@ -94,8 +93,8 @@ TOPIC = DescriptionKind(
     "TopicDescription",
     _settings("DefaultMessageTimeToLive", "MaxSizeInMegabytes", "RequiresDuplicateDetection",
               "DuplicateDetectionHistoryTimeWindow", "Status", "EnablePartitioning", "UserMetadata",
-              "AutoDeleteOnIdle", "EnableExpress"),
-    (_BATCHED, _FILTERING, _ANONYMOUS, _ORDERING, _SUB_PARTITIONING),
+              "AutoDeleteOnIdle", "EnableExpress", "EnableBatchedOperations"),
+    (_FILTERING, _ANONYMOUS, _ORDERING, _SUB_PARTITIONING),
     _RUNTIME | {"SubscriptionCount", "SqlFilterCount", "CorrelationFilterCount"},
     TOPIC_DEFAULTS,
 )
@@ -103,8 +102,8 @@ SUBSCRIPTION = DescriptionKind(
     "SubscriptionDescription",
     _settings("LockDuration", "RequiresSession", "DefaultMessageTimeToLive", "DeadLetteringOnMessageExpiration",
               "DeadLetteringOnFilterEvaluationExceptions", "MaxDeliveryCount", "Status", "ForwardTo",
-              "ForwardDeadLetteredMessagesTo", "UserMetadata", "AutoDeleteOnIdle"),
-    (_BATCHED,),
+              "ForwardDeadLetteredMessagesTo", "UserMetadata", "AutoDeleteOnIdle", "EnableBatchedOperations"),
+    (),
     _RUNTIME,
     SUBSCRIPTION_DEFAULTS,
 )

@@ -102,12 +102,15 @@ def test_out_of_range_options_are_invalid_arguments(option: str, value: Any) -> 
 
 
 def test_auto_delete_on_idle_is_an_option_of_every_kind_and_never_is_timedelta_max() -> None:
-    queue = normalize_queue_options({"auto_delete_on_idle": timedelta(minutes=10), "enable_express": True})
-    assert (queue["auto_delete_on_idle"], queue["enable_express"]) == (600.0, True)
+    queue = normalize_queue_options({"auto_delete_on_idle": timedelta(minutes=10), "enable_express": True,
+                                     "enable_batched_operations": False})
+    assert (queue["auto_delete_on_idle"], queue["enable_express"], queue["enable_batched_operations"]) == \
+        (600.0, True, False)
     assert normalize_topic_options({"auto_delete_on_idle": timedelta.max})["auto_delete_on_idle"] is None
     assert normalize_subscription_options({"auto_delete_on_idle": 300})["auto_delete_on_idle"] == 300.0
     props = QueueProperties.from_definition({"name": "q", "options": queue}, sku=get_sku("standard"))
-    assert (props.auto_delete_on_idle, props.enable_express) == (timedelta(minutes=10), True)
+    assert (props.auto_delete_on_idle, props.enable_express, props.enable_batched_operations) == \
+        (timedelta(minutes=10), True, False)
     never = QueueProperties.from_definition({"name": "q", "options": normalize_queue_options({})},
                                             sku=get_sku("standard"))
     assert never.auto_delete_on_idle == timedelta.max and normalize_queue_options(never.changes()) == \

@@ -136,13 +136,14 @@ def test_read_only_properties_are_passed_over_and_settings_read() -> None:
                                               CreatedAt="2026-01-01T00:00:00Z", EnableBatchedOperations="true",
                                               AutoDeleteOnIdle=NEVER, ForwardTo="sb://host/target"), (KB,))
     assert options == {"lock_duration": timedelta(seconds=45), "max_delivery_count": 4, "enable_partitioning": True,
-                       "forward_to": "target", "auto_delete_on_idle": None}
+                       "forward_to": "target", "auto_delete_on_idle": None, "enable_batched_operations": True}
 
 
 def test_auto_delete_on_idle_and_express_are_read_and_shown_in_the_sdk() -> None:
-    options = read_options(QUEUE, description("QueueDescription", AutoDeleteOnIdle="PT10M1S", EnableExpress="true"),
-                           (KB,))
-    assert options == {"auto_delete_on_idle": timedelta(minutes=10, seconds=1), "enable_express": True}
+    options = read_options(QUEUE, description("QueueDescription", AutoDeleteOnIdle="PT10M1S", EnableExpress="true",
+                                              EnableBatchedOperations="false"), (KB,))
+    assert options == {"auto_delete_on_idle": timedelta(minutes=10, seconds=1), "enable_express": True,
+                       "enable_batched_operations": False}
     queue = QueueProperties("orders", auto_delete_on_idle=timedelta(minutes=10), enable_express=True)
     entry = QueueDescriptionEntry.deserialize(as_entry("orders", write_description(QUEUE, queue, HOST, (KB,))))
     sdk = SdkQueueProperties._from_internal_entity("orders", entry.content.queue_description)
@@ -150,7 +151,7 @@ def test_auto_delete_on_idle_and_express_are_read_and_shown_in_the_sdk() -> None
 
 
 @pytest.mark.parametrize("element,text,message", [
-    ("EnableBatchedOperations", "false", "EnableBatchedOperations 'false' is not supported"),
+    ("SupportOrdering", "false", "SupportOrdering 'false' is not supported"),
     ("MaxMessageSizeInKilobytes", "1024", "the message size limit is the tier's, 256 KB"),
     ("Colour", "blue", "Colour is not a property of a QueueDescription"),
     ("MaxDeliveryCount", "many", "MaxDeliveryCount must be a whole number"),
