@@ -21,13 +21,16 @@ from .gateway_actor import gateway_actor
 from .handles import find_actor, partition_actor
 
 
-def deploy(config: NamespaceConfig, timeout: float = 120.0) -> None:
+def deploy(config: NamespaceConfig, timeout: float = 120.0,
+           before_serving: Callable[[NamespaceConfig], None] | None = None) -> None:
     """Create every partition and gateway of a namespace and wait until all answer.
 
     A partition that fails to start (its store held by another process) fails the whole start:
     every actor created here is removed again and the partition's typed error is raised. With an
-    `amqp_port`, the AMQP front end starts last, once the namespace answers; a port it cannot
-    listen on (the AMQP port or the management port) fails the start the same way.
+    `amqp_port`, the AMQP front end starts last, once the namespace answers (and `before_serving`
+    returned: `ray-broker emulator` applies its configuration there, so that its health answer
+    means its entities exist); a port it cannot listen on (the AMQP port or the management port)
+    fails the start the same way.
     """
     handles = [partition_actor(config, k, r) for k in range(config.partition_count) for r in range(config.replicas)]
     gateways = [gateway_actor(config, i) for i in range(config.gateways)]
@@ -35,6 +38,8 @@ def deploy(config: NamespaceConfig, timeout: float = 120.0) -> None:
         ray.get([h.pid.remote() for h in handles] + [g.pid.remote() for g in gateways], timeout=timeout)
         if config.replicated:
             ray.get([g.call.remote("routing_table") for g in gateways], timeout=timeout)
+        if before_serving is not None:
+            before_serving(config)
         if config.amqp_port is not None:
             ray.get(amqp_frontend(config).serve.remote(), timeout=timeout)
     except ray.exceptions.ActorDiedError as exc:

@@ -69,6 +69,8 @@ LOCAL_RAY_ATTEMPTS = 2
 """How often the library tries to start a local Ray: under load its processes may miss Ray's
 start-up deadline once (Ray then raises "The current node timed out during startup")."""
 
+DEPLOY_TIMEOUT_S = 120.0
+"""How long `start` waits for a new namespace's actors to answer."""
 TEARDOWN_WAIT_S = 30.0
 """How long `stop` waits for killed partitions to let go of their stores before deleting them."""
 _RUNNING_CONFIG_TIMEOUT_S = 120.0
@@ -272,13 +274,13 @@ def start_flow(name: str, *, sku: str, partitions: int | None, data_dir: str | N
                durability: str, address: str | None, auth_token: str | None = None,
                replicas: int = 1, amqp_port: int | None = None,
                management_port: int | None = None, any_tier_partitions: bool = False,
-               listen_host: str | None = None,
-               shared_access_keys: tuple[SasKey, ...] | None = None) -> LifecycleFlow[NamespaceConfig]:
+               listen_host: str | None = None, shared_access_keys: tuple[SasKey, ...] | None = None,
+               before_serving: Callable[[NamespaceConfig], None] | None = None) -> LifecycleFlow[NamespaceConfig]:
     """Start namespace `name` (or find it running, if `auth_token` is its token) and return its
     configuration; with `amqp_port`, its AMQP front end too (serving the management API on
     `management_port` as well, when given). `replicas=2` is warned of (`ReplicationWarning`): it
-    cannot fail over. `any_tier_partitions`, `listen_host` and `shared_access_keys` are what only
-    `ray-broker emulator` sets (see `plan_config`)."""
+    cannot fail over. `any_tier_partitions`, `listen_host`, `shared_access_keys` and
+    `before_serving` are what only `ray-broker emulator` sets (see `plan_config` and `deploy`)."""
     from actors.deploy import deploy
 
     check_start_options(name, sku=sku, partitions=partitions, gateways=gateways, durability=durability,
@@ -303,7 +305,7 @@ def start_flow(name: str, *, sku: str, partitions: int | None, data_dir: str | N
                          listen_host=listen_host, shared_access_keys=shared_access_keys)
     yield from stores_free_flow(config)
     save_config(config)
-    yield Blocking(deploy, (config,))
+    yield Blocking(deploy, (config, DEPLOY_TIMEOUT_S, before_serving))
     return config
 
 

@@ -88,9 +88,8 @@ class Emulator:
         return f"http://{client_host(self.plan.host)}:{self.plan.management_port}/health"
 
     def start(self, ray_started: Callable[[], None] = lambda: None) -> None:
-        """Start a local Ray (then call `ray_started`), the namespace and its front end, and apply
-        the configuration."""
-        import ray_broker as rb
+        """Start a local Ray (then call `ray_started`), the namespace, the configuration applied,
+        and then its front end."""
         from ..client.lifecycle import start_local_ray, start_namespace
 
         base = tempfile.gettempdir()
@@ -98,11 +97,17 @@ class Emulator:
         start_local_ray(self.ray_temp_dir, log_to_driver="Console" in self.plan.config.logging)
         self._ray_pids = _ray_process_ids()
         ray_started()
-        config = start_namespace(
+        start_namespace(
             self.plan.config.namespace, sku=SKU, partitions=self.plan.partitions, data_dir=self.data_dir, gateways=1,
             durability="normal", address=None, amqp_port=self.plan.amqp_port,
             management_port=self.plan.management_port, any_tier_partitions=True, listen_host=self.plan.host,
-            shared_access_keys=KEYS)
+            shared_access_keys=KEYS, before_serving=self._apply)
+
+    def _apply(self, config: Any) -> None:
+        """Apply the configuration to the namespace, before its front end listens: once /health
+        answers, the file's entities exist."""
+        import ray_broker as rb
+
         self.namespace = rb.Namespace(config)
         self.applied = apply_config(self.namespace, self.plan.config, self.plan.source)
 

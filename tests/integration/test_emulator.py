@@ -22,7 +22,9 @@ import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage
 from azure.servicebus.management import CorrelationRuleFilter, ServiceBusAdministrationClient, SqlRuleFilter
 
+from ray_broker.amqp.sas import make_token
 from ray_broker.emulator.config_file import read_config
+from ray_broker.emulator.credentials import WELL_KNOWN_KEY
 from ray_broker.emulator.host import SCRATCH_PREFIX
 
 from .helpers import free_port, short_tmpdir
@@ -44,6 +46,7 @@ class EmulatorProcess:
         self.tmp, self.data_dir = tmp, data_dir
         self.amqp_port, self.management_port = amqp_port, management_port
         self.lines: list[str] = []
+        self.error_lines: list[str] = []
         self.ready = threading.Event()
         self.healthy_after: float | None = None
         env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_AUTH_MODE")}
@@ -61,6 +64,8 @@ class EmulatorProcess:
             assert time.monotonic() < deadline, f"not healthy within {READY_WITHIN_S:g} s: {self.output()}"
             time.sleep(0.1)
         self.healthy_after = time.monotonic() - begun
+        self.rule_status_when_healthy = management_get(management_port, "/shipments/subscriptions/express/rules/"
+                                                                        "heavy-express")
         assert self.ready.wait(30), self.output()
 
     def _read(self) -> None:
@@ -72,10 +77,17 @@ class EmulatorProcess:
 
     def _drain_errors(self) -> None:
         assert self.process.stderr is not None
-        self.errors = self.process.stderr.read()
+        for line in self.process.stderr:
+            self.error_lines.append(line)
+
+    @property
+    def errors(self) -> str:
+        """What it printed on standard error so far."""
+        return "".join(self.error_lines)
 
     def output(self) -> str:
-        return "\n".join(self.lines)
+        time.sleep(0.5)  # for the reading threads to catch up
+        return "\n".join(self.lines) + "\n" + self.errors
 
     def printed(self, label: str) -> str:
         """The value of the `label: value` line it printed."""
@@ -103,6 +115,19 @@ def health(port: int) -> tuple[int, dict[str, object] | None]:
         return exc.code, json.loads(exc.read() or b"null")
     except OSError:
         return 0, None
+
+
+def management_get(port: int, path: str) -> int:
+    """The status of an authorized GET of `path` on the management port (plain HTTP)."""
+    audience = f"http://localhost:{port}"
+    token = make_token(audience, WELL_KNOWN_KEY.name, WELL_KNOWN_KEY.key, int(time.time()) + 600)
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}?api-version=2021-05",
+                                     headers={"Authorization": token})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as reply:
+            return reply.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
 
 
 def processes_naming(path: Path) -> list[str]:
@@ -157,6 +182,7 @@ def test_it_prints_the_published_connection_strings_then_ready(emulator: Emulato
     assert emulator.lines[0].startswith("namespace 'sbemulatorns': 1 partition(s), 3 queues, 1 topic")
     status, body = health(emulator.management_port)
     assert status == 200 and body is not None and body["status"] == "healthy"
+    assert emulator.rule_status_when_healthy == 200, "once /health says healthy, the file's entities exist"
     print(f"\nray-broker emulator: /health 200 after {emulator.healthy_after:.1f} s")
 
 
