@@ -4,11 +4,14 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
 from . import output
+
+if TYPE_CHECKING:
+    from ..emulator.host import Emulator
 
 EMULATOR_HTTP_PORT_ENV = "EMULATOR_HTTP_PORT"
 """The variable Microsoft's emulator reads its management port from."""
@@ -66,11 +69,10 @@ def _exit_now() -> None:
     os._exit(0)
 
 
-def _report(run: object, seconds: float) -> None:
+def _report(run: Emulator, seconds: float) -> None:
     """The lines printed once the emulator serves: what runs, the two connection strings, "ready"."""
-    from ..emulator.host import Emulator
+    from ..management_http.certificate import certificate_path
 
-    assert isinstance(run, Emulator)
     plan, applied = run.plan, run.applied
     kept = plan.data_dir if plan.data_dir is not None else f"{run.data_dir} (temporary, removed at exit)"
     output.out(f"namespace {plan.config.namespace!r}: {plan.partitions} partition(s), "
@@ -81,6 +83,8 @@ def _report(run: object, seconds: float) -> None:
     output.out(f"connection string: {run.connection_string}")
     output.out(f"administration connection string: {run.admin_connection_string}")
     output.out(f"health: {run.health_url}")
+    output.out(f"certificate: {certificate_path(plan.config.namespace, run.data_dir)} (trust it for HTTPS on the "
+               "management port: connection_verify= of the Python administration client)")
     output.note(f"started in {seconds:.1f} s; Ctrl-C or SIGTERM stops it")
     output.out("ready")
     sys.stdout.flush()

@@ -167,7 +167,8 @@ def conn_str(emulator: EmulatorProcess) -> str:
 def admin(emulator: EmulatorProcess) -> Iterator[ServiceBusAdministrationClient]:
     """The Python administration client on the management port (it speaks HTTPS there), trusting
     the namespace's certificate."""
-    ca = str(emulator.data_dir / "tls-certificate.pem")
+    ca = emulator.printed("certificate").split(" (")[0]
+    assert ca == str(emulator.data_dir / "tls-certificate.pem")
     with ServiceBusAdministrationClient.from_connection_string(emulator.printed("administration connection string"),
                                                                connection_verify=ca) as client:
         yield client
