@@ -50,7 +50,8 @@ def emulator(
     with ForegroundSignals(run.abort) as signals:
         try:
             try:
-                run.start(signals.install)
+                with signals.ray_starting():
+                    run.start(signals.install)
                 _report(run, time.monotonic() - begun)
                 signals.wait()
             finally:

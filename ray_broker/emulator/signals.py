@@ -8,8 +8,9 @@ import os
 import signal
 import sys
 import time
+from contextlib import contextmanager
 from types import FrameType
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 ABORT_EXIT_CODE = 130
@@ -46,6 +47,18 @@ class ForegroundSignals:
         """(Re)install the handlers: starting Ray sets a SIGTERM handler of its own."""
         for sig in STOP_SIGNALS:
             signal.signal(sig, self._handle)
+
+    @contextmanager
+    def ray_starting(self) -> Iterator[None]:
+        """Around a start of Ray, which takes SIGTERM with a handler of its own until it is up
+        (`sys.exit(SIGTERM)`): a SIGTERM then is taken as the first stop signal (`Stopping`)."""
+        try:
+            yield
+        except SystemExit as exc:
+            if exc.code != signal.SIGTERM or self._stopping:
+                raise
+            self._stopping = True
+            raise Stopping(signal.SIGTERM.name) from None
 
     @property
     def stopping(self) -> bool:

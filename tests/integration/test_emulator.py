@@ -306,6 +306,30 @@ def refused(argv: list[str], tmp_path: Path) -> subprocess.CompletedProcess[str]
     return result
 
 
+def test_sigterm_while_its_ray_starts_stops_everything_and_exits_0(tmp_path: Path) -> None:
+    """Ray takes SIGTERM with a handler of its own (sys.exit(15)) while it starts: the emulator
+    takes it as its stop signal all the same."""
+    tmp = Path(short_tmpdir("rbemu-"))
+    try:
+        env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_AUTH_MODE")}
+        env.update(TMPDIR=str(tmp))
+        process = subprocess.Popen([CLI, "emulator", "--amqp-port", str(free_port()), "--management-port",
+                                    str(free_port())], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                   env=env)
+        deadline = time.monotonic() + 60
+        while not list(tmp.glob(f"{SCRATCH_PREFIX}*/ray/session_*")):
+            assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+            time.sleep(0.05)
+        (scratch,) = tmp.glob(SCRATCH_PREFIX + "*")
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=STOPPED_WITHIN_S + 30)
+        assert process.returncode == 0 and err.rstrip().endswith("stopped"), (process.returncode, out, err)
+        assert "ready" not in out.splitlines()
+        assert processes_naming(scratch) == [] and not scratch.exists()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def test_sigterm_stops_everything_a_restart_keeps_the_messages_and_a_second_sigint_ends_it_at_once(emulator: EmulatorProcess, conn_str: str) -> None:
     """Last in the module: it stops the module's emulator."""
     with ServiceBusClient.from_connection_string(conn_str) as client, \
