@@ -37,8 +37,8 @@ def emulator(
 ) -> None:
     """Run Microsoft's Service Bus emulator, replaced: in the foreground until Ctrl-C or SIGTERM.
 
-    Applications reach it unchanged with the emulator's published connection strings (printed at
-    start). Local use only: anyone who reaches its ports gets in with the published key.
+    Applications reach it unchanged with the emulator's published connection strings, printed at start.
+    Local use only: anyone who reaches its ports gets in with the published key.
     """
     from ..emulator.host import Emulator
     from ..emulator.preflight import EmulatorOptions, plan_emulator
