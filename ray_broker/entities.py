@@ -120,6 +120,7 @@ TOPIC_DEFAULTS: dict[str, Any] = {
     "auto_delete_on_idle": None,
     "enable_express": False,
     "enable_batched_operations": True,
+    "support_ordering": True,
 }
 TOPIC_STATUSES = ("Active", "Disabled", "SendDisabled")
 IMMUTABLE_TOPIC_OPTIONS = ("enable_partitioning", "requires_duplicate_detection")
@@ -190,7 +191,7 @@ def normalize_subscription_options(options: Mapping[str, Any], *,
 
 _FLAGS = ("enable_partitioning", "requires_session", "requires_duplicate_detection",
           "dead_lettering_on_message_expiration", "dead_lettering_on_filter_evaluation_exceptions", "enable_express",
-          "enable_batched_operations")
+          "enable_batched_operations", "support_ordering")
 
 
 def _normalize(kind: str, defaults: Mapping[str, Any], statuses: tuple[str, ...], options: Mapping[str, Any],

@@ -147,6 +147,7 @@ class TopicOptions(TypedDict, total=False):
     auto_delete_on_idle: timedelta | None
     enable_express: bool
     enable_batched_operations: bool
+    support_ordering: bool
 
 
 class SubscriptionOptions(TypedDict, total=False):

@@ -194,18 +194,20 @@ class Namespace(NamespaceBase[Sender, Receiver, Transaction]):
                      default_message_time_to_live: timedelta | None = None,
                      max_size_in_megabytes: int = DEFAULT_MAX_SIZE_IN_MEGABYTES, status: str = DEFAULT_STATUS,
                      user_metadata: str | None = None, auto_delete_on_idle: timedelta | None = None,
-                     enable_express: bool = False, enable_batched_operations: bool = True) -> TopicProperties:
+                     enable_express: bool = False, enable_batched_operations: bool = True,
+                     support_ordering: bool = True) -> TopicProperties:
         """Create a topic (partitioned over every partition, or whole on one); its subscriptions
         share its partitioning. `InvalidOperationError` on the basic tier. `auto_delete_on_idle`,
         `enable_express` and `enable_batched_operations` as for `create_queue` (a topic is idle
-        while it gets no sends and no update)."""
+        while it gets no sends and no update); `support_ordering` is kept and shown (each
+        partition keeps its messages in order either way)."""
         options = {
             "enable_partitioning": enable_partitioning, "requires_duplicate_detection": requires_duplicate_detection,
             "duplicate_detection_history_time_window": duplicate_detection_history_time_window,
             "default_message_time_to_live": default_message_time_to_live,
             "max_size_in_megabytes": max_size_in_megabytes, "status": status, "user_metadata": user_metadata,
             "auto_delete_on_idle": auto_delete_on_idle, "enable_express": enable_express,
-            "enable_batched_operations": enable_batched_operations,
+            "enable_batched_operations": enable_batched_operations, "support_ordering": support_ordering,
         }
         return self._run(management.create_topic(self.sku, topic_name, options))
 

@@ -93,8 +93,8 @@ TOPIC = DescriptionKind(
     "TopicDescription",
     _settings("DefaultMessageTimeToLive", "MaxSizeInMegabytes", "RequiresDuplicateDetection",
               "DuplicateDetectionHistoryTimeWindow", "Status", "EnablePartitioning", "UserMetadata",
-              "AutoDeleteOnIdle", "EnableExpress", "EnableBatchedOperations"),
-    (_FILTERING, _ANONYMOUS, _ORDERING, _SUB_PARTITIONING),
+              "AutoDeleteOnIdle", "EnableExpress", "EnableBatchedOperations", "SupportOrdering"),
+    (_FILTERING, _ANONYMOUS, _SUB_PARTITIONING),
     _RUNTIME | {"SubscriptionCount", "SqlFilterCount", "CorrelationFilterCount"},
     TOPIC_DEFAULTS,
 )

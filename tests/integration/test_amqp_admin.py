@@ -194,9 +194,8 @@ def test_errors_the_sdk_maps(admin: ServiceBusAdministrationClient, conn_str: st
         admin.create_queue(unique("q"), lock_duration=timedelta(minutes=20))
     with pytest.raises(HttpResponseError, match="auto_delete_on_idle must be from 0:05:00"):
         admin.create_queue(unique("q"), auto_delete_on_idle=timedelta(minutes=4))
-    with pytest.raises(HttpResponseError, match="SupportOrdering .* not supported"):
-        admin.create_topic(unique("t"), support_ordering=False)
-    assert admin.create_topic(topic := unique("t"), enable_batched_operations=False).enable_batched_operations is False
+    created = admin.create_topic(topic := unique("t"), enable_batched_operations=False, support_ordering=False)
+    assert (created.enable_batched_operations, created.support_ordering) == (False, False)
     admin.delete_topic(topic)
     with pytest.raises(HttpResponseError, match="requires_session"):
         admin.update_queue(admin.get_queue(name), requires_session=True)

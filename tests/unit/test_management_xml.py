@@ -139,6 +139,11 @@ def test_read_only_properties_are_passed_over_and_settings_read() -> None:
                        "forward_to": "target", "auto_delete_on_idle": None, "enable_batched_operations": True}
 
 
+def test_a_topic_keeps_support_ordering_as_sent() -> None:
+    assert read_options(TOPIC, description("TopicDescription", SupportOrdering="false"), (KB,)) == \
+        {"support_ordering": False}
+
+
 def test_auto_delete_on_idle_and_express_are_read_and_shown_in_the_sdk() -> None:
     options = read_options(QUEUE, description("QueueDescription", AutoDeleteOnIdle="PT10M1S", EnableExpress="true",
                                               EnableBatchedOperations="false"), (KB,))
@@ -151,7 +156,7 @@ def test_auto_delete_on_idle_and_express_are_read_and_shown_in_the_sdk() -> None
 
 
 @pytest.mark.parametrize("element,text,message", [
-    ("SupportOrdering", "false", "SupportOrdering 'false' is not supported"),
+    ("IsAnonymousAccessible", "true", "IsAnonymousAccessible 'true' is not supported"),
     ("MaxMessageSizeInKilobytes", "1024", "the message size limit is the tier's, 256 KB"),
     ("Colour", "blue", "Colour is not a property of a QueueDescription"),
     ("MaxDeliveryCount", "many", "MaxDeliveryCount must be a whole number"),
