@@ -41,6 +41,8 @@ KEYS: tuple[SasKey, ...] = (WELL_KNOWN_KEY,)
 STOP_DEADLINE_S = 25.0
 """The longest an orderly stop may take before the watchdog ends Ray's processes at once."""
 WATCH_INTERVAL_S = 0.1
+REMOVE_WITHIN_S = 5.0
+"""How long the temporary directory's removal is tried while ending processes still write into it."""
 
 
 class Emulator:
@@ -148,7 +150,7 @@ class Emulator:
             watchdog.done()
             self.namespace = None
             if self.scratch is not None:
-                shutil.rmtree(self.scratch, ignore_errors=True)
+                _remove(self.scratch)
                 self.scratch = None
 
     def abort(self) -> None:
@@ -162,6 +164,17 @@ class Emulator:
                 pass
         if self.scratch is not None:
             shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+def _remove(directory: str) -> None:
+    """Remove `directory`, again for a few seconds while processes that are ending (a Ray agent
+    killed a moment ago) still write into it."""
+    deadline = time.monotonic() + REMOVE_WITHIN_S
+    while True:
+        shutil.rmtree(directory, ignore_errors=True)
+        if not os.path.exists(directory) or time.monotonic() > deadline:
+            return
+        time.sleep(WATCH_INTERVAL_S)
 
 
 def _ray_process_ids() -> tuple[int, ...]:

@@ -58,14 +58,22 @@ class EmulatorProcess:
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         threading.Thread(target=self._read, daemon=True).start()
         threading.Thread(target=self._drain_errors, daemon=True).start()
+        try:
+            self._wait_until_healthy(begun)
+        except BaseException:
+            self.process.kill()
+            self.process.wait(30)
+            raise
+
+    def _wait_until_healthy(self, begun: float) -> None:
         deadline = begun + READY_WITHIN_S
-        while health(management_port)[0] != 200:
+        while health(self.management_port)[0] != 200:
             assert self.process.poll() is None, f"exited {self.process.returncode}: {self.output()}"
             assert time.monotonic() < deadline, f"not healthy within {READY_WITHIN_S:g} s: {self.output()}"
             time.sleep(0.1)
         self.healthy_after = time.monotonic() - begun
-        self.rule_status_when_healthy = management_get(management_port, "/shipments/subscriptions/express/rules/"
-                                                                        "heavy-express")
+        self.rule_status_when_healthy = management_get(self.management_port, "/shipments/subscriptions/express/"
+                                                                             "rules/heavy-express")
         assert self.ready.wait(30), self.output()
 
     def _read(self) -> None:
@@ -148,11 +156,12 @@ def processes_naming(path: Path) -> list[str]:
 @pytest.fixture(scope="module")
 def emulator() -> Iterator[EmulatorProcess]:
     tmp = Path(short_tmpdir("rbemu-"))
-    running = EmulatorProcess(tmp, tmp / "data", free_port(), free_port())
+    running: EmulatorProcess | None = None
     try:
+        running = EmulatorProcess(tmp, tmp / "data", free_port(), free_port())
         yield running
     finally:
-        if running.process.poll() is None:
+        if running is not None and running.process.poll() is None:
             running.process.kill()
             running.process.wait(30)
         shutil.rmtree(tmp, ignore_errors=True)
