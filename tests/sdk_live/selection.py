@@ -106,7 +106,55 @@ FAST: tuple[str, ...] = (
 )
 """SDK tests that pass here and take seconds: the subset CI runs (tests/sdk_live/test_sdk_live.py)."""
 
-KNOWN_FAILING: dict[str, str] = {}
+_AUTH_RULES = "authorization rules on an entity (a key for one queue or topic) are not supported"
+_SELF_FORWARD = "the broker refuses a queue that forwards to itself (Service Bus takes it; its hop limit ends the loop)"
+_SESSION_FORWARD = "the broker refuses forward_to on a session-enabled queue"
+_MESSAGE_ENCODING = "a received message's AMQP encoding differs (front end)"
+_NEXT_SESSION_WAIT = "waiting for the next available session ends after max_wait_time, not Service Bus's ~65 s"
+
+KNOWN_FAILING: dict[str, str] = {
+    "mgmt_tests/test_mgmt_queues.py::TestServiceBusAdministrationClientQueue::"
+    "test_mgmt_queue_create_with_queue_description": _AUTH_RULES,
+    "mgmt_tests/test_mgmt_queues.py::TestServiceBusAdministrationClientQueue::test_mgmt_queue_update_success":
+        _AUTH_RULES,
+    "mgmt_tests/async/test_mgmt_topics_async.py::TestServiceBusAdministrationClientTopicAsync::"
+    "test_async_mgmt_topic_update_success": _AUTH_RULES,
+    "mgmt_tests/async/test_mgmt_topics_async.py::TestServiceBusAdministrationClientTopicAsync::"
+    "test_async_mgmt_topic_create_with_topic_description": _AUTH_RULES,
+    "test_sb_client.py::TestServiceBusClient::test_sb_client_incorrect_queue_conn_str": _AUTH_RULES,
+    "async_tests/test_sb_client_async.py::TestServiceBusClientAsync::test_sb_client_incorrect_queue_conn_str_async":
+        _AUTH_RULES,
+    "mgmt_tests/test_mgmt_queues.py::TestServiceBusAdministrationClientQueue::test_mgmt_queue_update_dict_success":
+        _SELF_FORWARD,
+    "mgmt_tests/async/test_mgmt_queues_async.py::TestServiceBusAdministrationClientQueueAsync::"
+    "test_async_mgmt_queue_update_success": _SELF_FORWARD,
+    "mgmt_tests/async/test_mgmt_queues_async.py::TestServiceBusAdministrationClientQueueAsync::"
+    "test_mgmt_queue_async_update_dict_success": _SELF_FORWARD,
+    "mgmt_tests/async/test_mgmt_queues_async.py::TestServiceBusAdministrationClientQueueAsync::"
+    "test_async_mgmt_queue_create_with_queue_description": _SESSION_FORWARD,
+    "test_message.py::TestServiceBusMessageBackcompat::test_message_backcompat_peek_lock_databody": _MESSAGE_ENCODING,
+    "test_message.py::TestServiceBusMessageBackcompat::test_message_backcompat_receive_and_delete_databody":
+        _MESSAGE_ENCODING,
+    "test_message.py::TestServiceBusMessageBackcompat::test_message_property": _MESSAGE_ENCODING,
+    "test_sb_client.py::TestServiceBusClient::test_sb_client_bad_entity":
+        "a token for an entity that does not exist is accepted; the attach is refused (amqp:not-found)",
+    "async_tests/test_sb_client_async.py::TestServiceBusClientAsync::test_sb_client_bad_entity_async":
+        "a token for an entity that does not exist is accepted; the attach is refused (amqp:not-found)",
+    "test_sessions.py::TestServiceBusSession::test_next_available_session_timeout_value": _NEXT_SESSION_WAIT,
+    "async_tests/test_sessions_async.py::TestServiceBusAsyncSession::test_async_next_available_session_timeout_value":
+        _NEXT_SESSION_WAIT,
+    "test_sessions.py::TestServiceBusSession::test_session_by_session_client_conn_str_receive_handler_peeklock":
+        "a session receiver's messages (front end)",
+    "async_tests/test_sessions_async.py::TestServiceBusAsyncSession::"
+    "test_async_session_by_session_client_conn_str_receive_handler_peeklock":
+        "an empty session_id is refused at send (front end)",
+    "test_topic.py::TestServiceBusTopics::test_topic_by_servicebus_client_send_large_messages_w_sleep":
+        "100 KB sends after 10 s idle take minutes (front end)",
+    "test_queues.py::TestServiceBusQueue::test_queue_operation_negative":
+        "the test's patch of settle_messages lacks the await_outcome keyword SDK 7.15 passes",
+    "async_tests/test_queues_async.py::TestServiceBusQueueAsync::test_async_queue_operation_negative":
+        "the test's patch of settle_messages lacks the await_outcome keyword SDK 7.15 passes",
+}
 """Live tests that fail here for a known reason (a difference not yet closed), with it: the full
 run (--long) fails on any other failure."""
 
