@@ -161,7 +161,12 @@ def differences(case: MessageCase, got: rb.ReceivedMessage) -> list[str]:
     found = []
     if not same_value(expected_body(case.body.value), got.body):
         found.append(f"body: sent {case.body.value!r}, got {got.body!r}")
-    for name in ("message_id", "session_id", "partition_key", "correlation_id", "subject", "to", "reply_to",
+    sent_id = case.value("message_id")
+    if sent_id is None and not (isinstance(got.message_id, str) and got.message_id):
+        found.append(f"message_id: sent none, so one is given, got {got.message_id!r}")
+    elif sent_id is not None and not same_value(sent_id, got.message_id):
+        found.append(f"message_id: sent {sent_id!r}, got {got.message_id!r}")
+    for name in ("session_id", "partition_key", "correlation_id", "subject", "to", "reply_to",
                  "reply_to_session_id", "content_type"):
         want = case.value(name)
         if not same_value(want, getattr(got, name)):

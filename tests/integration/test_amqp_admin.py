@@ -451,7 +451,7 @@ def test_a_management_port_serves_the_api_over_plain_http_and_https(ray_instance
 
         busy = unique("busy")
         with pytest.raises(rb.errors.InvalidOperationError,
-                           match=f"cannot listen on port {management_port} \\(the management port\\)"):
+                           match=f"port {management_port} \\(the management port\\) cannot be listened on"):
             rb.start(busy, sku="premium", partitions=1, durability="memory", amqp_port=free_port(),
                      management_port=management_port)
         with pytest.raises(rb.errors.NamespaceNotRunningError):
