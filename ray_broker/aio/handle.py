@@ -20,7 +20,9 @@ from ..entities import (
     check_entity_name,
     check_subscription_name,
 )
+from ..errors import MessageLockLostError
 from ..filters import RuleProperties, TrueFilter
+from ..message import ReceivedMessage
 from ..protocol import SubQueue
 from .closing import Closing
 from .paging import ItemList
@@ -211,43 +213,67 @@ class Namespace(NamespaceBase[Sender, Receiver, Transaction], Closing):
                 return
 
     async def resubmit_dead_letters(self, entity: str, *, sequence_numbers: Iterable[int] | None = None,
-                                    to: str | None = None) -> int:
-        """Move dead letters back to their entity or to `to`, as `rb.Namespace.resubmit_dead_letters`
-        does; how many moved."""
+                                    filter: Any = None, to: str | None = None) -> int:
+        """Move dead letters back to their entity or to `to` (all, those with `sequence_numbers`,
+        those `filter` selects), as `rb.Namespace.resubmit_dead_letters` does; how many moved."""
         moved = 0
-        async for count in self.resubmit_batches(entity, sequence_numbers=sequence_numbers, to=to):
+        async for count in self.resubmit_batches(entity, sequence_numbers=sequence_numbers, filter=filter, to=to):
             moved += count
         return moved
 
     async def resubmit_batches(self, entity: str, *, sequence_numbers: Iterable[int] | None = None,
-                               to: str | None = None) -> AsyncIterator[int]:
-        """`resubmit_dead_letters` one batch at a time: yields how many each batch moved."""
-        numbers = operating.wanted(sequence_numbers)
+                               filter: Any = None, to: str | None = None) -> AsyncIterator[int]:
+        """`resubmit_dead_letters` one batch at a time: yields how many each batch moved (bad
+        arguments raise at the first step, before anything moves)."""
+        picking = operating.Picking(sequence_numbers, filter)
         definition = await self._run(operating.holder(entity))
         target = await self._run(operating.destination(to, definition))
         receiver = self.get_queue_receiver(definition["name"], sub_queue=SubQueue.DEAD_LETTER)
         sender = (self.get_queue_sender if target.kind == "queue" else self.get_topic_sender)(target.name)
-        skipped: list[Any] = []
         try:
-            while numbers is None or numbers:
+            while picking.more:
                 batch = await receiver.receive_messages(operating.RESUBMIT_BATCH,
                                                         max_wait_time=operating.RESUBMIT_WAIT_S)
-                if not batch:
+                moving = picking.take(batch)
+                if moving is None:
                     return
-                moving = [m for m in batch if numbers is None or m.sequence_number in numbers]
-                skipped += [m for m in batch if numbers is not None and m.sequence_number not in numbers]
                 if moving:
                     await sender.send_messages([operating.resubmitted(m, target) for m in moving])
                     for message in moving:
                         await receiver.complete_message(message)
-                        if numbers is not None:
-                            numbers.discard(message.sequence_number)
                     yield len(moving)
         finally:
-            for message in skipped:
-                await receiver.abandon_message(message)
+            for message in picking.passed.values():
+                try:
+                    await receiver.abandon_message(message)
+                except MessageLockLostError:
+                    pass  # its lock lapsed: it is back in the dead-letter queue already
+            try:
+                await receiver.flush()
+            except MessageLockLostError:
+                pass
             await receiver.close()
             await sender.close()
+
+    async def peek_messages(self, entity: str, max_message_count: int = 10, *, sequence_number: int = 0,
+                            sub_queue: Any = None, session_id: str | None = None, filter: Any = None,
+                            partition: int | None = None) -> list[ReceivedMessage]:
+        """Browse messages of a queue or subscription without locking them (from a sequence number,
+        of one partition, selected by a filter), as `rb.Namespace.peek_messages` does."""
+        selects = operating.selector(filter)
+        start, end = operating.peek_range(sequence_number, partition, self.partition_count)
+        count = operating.check_peek_count(max_message_count)
+        name = (await self._run(operating.holder(entity)))["name"]
+        found: list[ReceivedMessage] = []
+        async with self.get_queue_receiver(name, sub_queue=sub_queue, session_id=session_id) as receiver:
+            while len(found) < count and (end is None or start < end):
+                page = await receiver.peek_messages(count - len(found) if selects is None else operating.PEEK_PAGE,
+                                                    sequence_number=start, end_sequence_number=end)
+                if not page:
+                    break
+                found += [m for m in page if selects is None or selects(m)][:count - len(found)]
+                start = page[-1].sequence_number + 1
+        return found
 
     # ------------------------------------------------------------------ sessions
 

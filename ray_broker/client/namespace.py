@@ -21,7 +21,9 @@ from ..entities import (
     TopicRuntimeProperties,
     check_entity_name,
 )
+from ..errors import MessageLockLostError
 from ..filters import RuleProperties, TrueFilter
+from ..message import ReceivedMessage
 from ..protocol import SubQueue
 from . import management, operating
 from .core import DEFAULT_TIMEOUT_S
@@ -337,43 +339,77 @@ class Namespace(NamespaceBase[Sender, Receiver, Transaction]):
                 return
 
     def resubmit_dead_letters(self, entity: str, *, sequence_numbers: Iterable[int] | None = None,
-                              to: str | None = None) -> int:
+                              filter: Any = None, to: str | None = None) -> int:
         """Move dead letters of a queue or subscription (`TOPIC/Subscriptions/SUB`), all or those
-        with `sequence_numbers`, back to their entity (a subscription's to its topic) or to `to`
-        (a queue or topic), as new messages with the same body and properties but without the
-        dead-letter reason and description. Each is removed from the dead-letter queue only once
-        its copy is stored (an interruption leaves at worst a copy, never a loss). Returns how
-        many moved."""
-        return sum(self.resubmit_batches(entity, sequence_numbers=sequence_numbers, to=to))
+        with `sequence_numbers`, and of those the ones `filter` selects (SQL over their properties
+        as a subscription rule reads them, e.g. `"user.region = 'eu' AND sys.label = 'order'"`,
+        or a `SqlFilter` or `CorrelationFilter`), back to their entity (a subscription's to its
+        topic) or to `to` (a queue or topic), as new messages with the same body and properties
+        but without the dead-letter reason and description. Each is removed from the dead-letter
+        queue only once its copy is stored (an interruption leaves at worst a copy, never a
+        loss). Returns how many moved (0 when none was there to move)."""
+        return sum(self.resubmit_batches(entity, sequence_numbers=sequence_numbers, filter=filter, to=to))
 
     def resubmit_batches(self, entity: str, *, sequence_numbers: Iterable[int] | None = None,
-                         to: str | None = None) -> Iterator[int]:
-        """`resubmit_dead_letters` one batch at a time: yields how many each batch moved."""
-        numbers = operating.wanted(sequence_numbers)
+                         filter: Any = None, to: str | None = None) -> Iterator[int]:
+        """`resubmit_dead_letters` one batch at a time: yields how many each batch moved (stop
+        iterating to stop between batches). Bad arguments raise before the first batch."""
+        picking = operating.Picking(sequence_numbers, filter)
         definition = self._run(operating.holder(entity))
         target = self._run(operating.destination(to, definition))
-        receiver = self.get_queue_receiver(definition["name"], sub_queue=SubQueue.DEAD_LETTER)
+        return self._resubmitting(definition["name"], target, picking)
+
+    def _resubmitting(self, name: str, target: operating.Target, picking: operating.Picking) -> Iterator[int]:
+        receiver = self.get_queue_receiver(name, sub_queue=SubQueue.DEAD_LETTER)
         sender = (self.get_queue_sender if target.kind == "queue" else self.get_topic_sender)(target.name)
-        skipped: list[Any] = []
         try:
-            while numbers is None or numbers:
+            while picking.more:
                 batch = receiver.receive_messages(operating.RESUBMIT_BATCH, max_wait_time=operating.RESUBMIT_WAIT_S)
-                if not batch:
+                moving = picking.take(batch)
+                if moving is None:
                     return
-                moving = [m for m in batch if numbers is None or m.sequence_number in numbers]
-                skipped += [m for m in batch if numbers is not None and m.sequence_number not in numbers]
                 if moving:
                     sender.send_messages([operating.resubmitted(m, target) for m in moving])
                     for message in moving:
                         receiver.complete_message(message)
-                        if numbers is not None:
-                            numbers.discard(message.sequence_number)
                     yield len(moving)
         finally:
-            for message in skipped:
-                receiver.abandon_message(message)
+            for message in picking.passed.values():
+                try:
+                    receiver.abandon_message(message)
+                except MessageLockLostError:
+                    pass  # its lock lapsed: it is back in the dead-letter queue already
+            try:
+                receiver.flush()
+            except MessageLockLostError:
+                pass
             receiver.close()
             sender.close()
+
+    def peek_messages(self, entity: str, max_message_count: int = 10, *, sequence_number: int = 0,
+                      sub_queue: Any = None, session_id: str | None = None, filter: Any = None,
+                      partition: int | None = None) -> list[ReceivedMessage]:
+        """Browse up to `max_message_count` messages of a queue or subscription
+        (`TOPIC/Subscriptions/SUB`), or of its dead-letter queue with `sub_queue`, without locking
+        them: from `sequence_number`, those of partition `partition` only when given (else every
+        partition's, merged in sequence-number order), of session `session_id` when given, and
+        of those the ones `filter` selects (SQL over their properties as a subscription rule reads
+        them, a `SqlFilter` or a `CorrelationFilter`; a filtered peek reads on until it has found
+        enough or reached the end)."""
+        selects = operating.selector(filter)
+        start, end = operating.peek_range(sequence_number, partition, self.partition_count)
+        count = operating.check_peek_count(max_message_count)
+        name = self._run(operating.holder(entity))["name"]
+        found: list[ReceivedMessage] = []
+        with self.get_queue_receiver(name, sub_queue=sub_queue, session_id=session_id) as receiver:
+            while len(found) < count and (end is None or start < end):
+                page = receiver.peek_messages(count - len(found) if selects is None else operating.PEEK_PAGE,
+                                              sequence_number=start, end_sequence_number=end)
+                if not page:
+                    break
+                found += [m for m in page if selects is None or selects(m)][:count - len(found)]
+                start = page[-1].sequence_number + 1
+        return found
 
     # ------------------------------------------------------------------ sessions
 

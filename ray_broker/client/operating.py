@@ -6,12 +6,13 @@ An entity is a queue or a subscription path `TOPIC/Subscriptions/SUB` (any case 
 from __future__ import annotations
 
 import uuid
-from typing import Any, Iterable, NamedTuple
+from typing import Any, Callable, Iterable, NamedTuple
 
 from ..entities import SUBSCRIPTIONS_SEGMENT
 from ..errors import InvalidArgumentError, InvalidOperationError, MessagingEntityNotFoundError
+from ..filters import CorrelationFilter, RuleProperties, SqlFilter, compile_rules, rule_to_wire
 from ..message import Message, ReceivedMessage
-from ..protocol import SUB_QUEUE_NUMBERS, SubQueue
+from ..protocol import SUB_QUEUE_NUMBERS, SubQueue, make_sequence_number
 from .flow import Flow, request
 from .management import MANAGEMENT_TIMEOUT_S
 
@@ -21,6 +22,11 @@ RESUBMIT_BATCH = 100
 """How many dead letters a resubmit takes at a time."""
 RESUBMIT_WAIT_S = 2.0
 """How long a resubmit waits for more dead letters before it is done."""
+PEEK_PAGE = 250
+"""How many messages a filtered peek browses at a time."""
+
+Selector = Callable[[ReceivedMessage], bool]
+"""Whether a message is one an operator action takes."""
 
 
 class Target(NamedTuple):
@@ -113,3 +119,99 @@ def resubmitted(dead: ReceivedMessage, target: Target) -> Message:
                    partition_key=dead.partition_key, correlation_id=dead.correlation_id, subject=dead.subject,
                    to=dead.to, reply_to=dead.reply_to, reply_to_session_id=dead.reply_to_session_id,
                    content_type=dead.content_type, application_properties=properties or None)
+
+
+def selector(filter: Any) -> Selector | None:
+    """What `filter` selects (None: every message): a SQL filter's text or a `SqlFilter` over the
+    message's properties (`user.`/`sys.` names, as a subscription rule reads them), or a
+    `CorrelationFilter`; `RuleSyntaxError` for SQL that does not parse, before anything is read."""
+    if filter is None:
+        return None
+    if isinstance(filter, str):
+        filter = SqlFilter(filter)
+    if not isinstance(filter, (SqlFilter, CorrelationFilter)):
+        raise InvalidArgumentError(f"filter must be SQL text, a SqlFilter or a CorrelationFilter, got {filter!r}")
+    rules = compile_rules([rule_to_wire(RuleProperties("filter", filter))])
+
+    def selects(message: ReceivedMessage) -> bool:
+        return rules.select(_wire(message), _system(message)).plain
+
+    return selects
+
+
+def _wire(message: ReceivedMessage) -> dict[str, Any]:
+    """The fields of `message` a filter reads, as its sender's wire dict holds them."""
+    ttl = message.time_to_live
+    scheduled = message.scheduled_enqueue_time_utc
+    return {"message_id": message.message_id, "correlation_id": message.correlation_id, "to": message.to,
+            "reply_to": message.reply_to, "subject": message.subject, "session_id": message.session_id,
+            "reply_to_session_id": message.reply_to_session_id, "content_type": message.content_type,
+            "partition_key": message.partition_key,
+            "time_to_live": None if ttl is None else ttl.total_seconds(),
+            "scheduled_enqueue_time": None if scheduled is None else scheduled.timestamp(),
+            "application_properties": message.application_properties}
+
+
+def _system(message: ReceivedMessage) -> dict[str, Any]:
+    """The broker's fields of `message` a filter reads."""
+    return {"sequence_number": message.sequence_number, "enqueued_time_utc": message.enqueued_time_utc,
+            "enqueued_sequence_number": message.enqueued_sequence_number, "size": len(message.body),
+            "delivery_count": message.delivery_count}
+
+
+class Picking:
+    """Which dead letters a resubmit takes, batch by batch: those with the wanted sequence numbers
+    (all when None) that the filter selects. Those it passes over stay locked until the end (so
+    the next receive brings others) and are then given back; a batch with nothing it has not seen
+    (their locks lapsed and they came round again) ends the run."""
+
+    def __init__(self, sequence_numbers: Iterable[int] | None, filter: Any) -> None:
+        self.numbers = wanted(sequence_numbers)
+        self.selects = selector(filter)
+        self.passed: dict[int, ReceivedMessage] = {}
+        """The dead letters passed over, by sequence number (the copy received last)."""
+        self._seen: set[int] = set()
+
+    @property
+    def more(self) -> bool:
+        """Whether another batch may hold a wanted dead letter."""
+        return self.numbers is None or bool(self.numbers)
+
+    def take(self, batch: list[ReceivedMessage]) -> list[ReceivedMessage] | None:
+        """The dead letters of `batch` to move; None when the run is over (nothing new came)."""
+        fresh = [m for m in batch if m.sequence_number not in self._seen]
+        if not fresh:
+            return None
+        self._seen.update(m.sequence_number for m in fresh)
+        moving = []
+        for message in batch:
+            seq = message.sequence_number
+            if self.numbers is None or seq in self.numbers:
+                if self.numbers is not None:
+                    self.numbers.discard(seq)  # seen: taken now, or never
+                if self.selects is None or self.selects(message):
+                    moving.append(message)
+                    continue
+            self.passed[seq] = message
+        return moving
+
+
+def peek_range(sequence_number: int, partition: int | None, partition_count: int) -> tuple[int, int | None]:
+    """The sequence numbers a peek browses, `[start, end)` (end None: to the last): from
+    `sequence_number`, and within partition `partition`'s when given (`InvalidArgumentError`
+    unless it is one of the namespace's)."""
+    if isinstance(sequence_number, bool) or not isinstance(sequence_number, int) or sequence_number < 0:
+        raise InvalidArgumentError(f"sequence_number must be an int >= 0, got {sequence_number!r}")
+    if partition is None:
+        return sequence_number, None
+    if isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition < partition_count:
+        raise InvalidArgumentError(f"partition must be an int from 0 to {partition_count - 1} (the namespace has "
+                                   f"{partition_count} partitions), got {partition!r}")
+    return max(sequence_number, make_sequence_number(partition, 0)), make_sequence_number(partition + 1, 0)
+
+
+def check_peek_count(max_message_count: Any) -> int:
+    """`max_message_count` of a peek, checked: an int >= 1."""
+    if isinstance(max_message_count, bool) or not isinstance(max_message_count, int) or max_message_count < 1:
+        raise InvalidArgumentError(f"max_message_count must be an int >= 1, got {max_message_count!r}")
+    return max_message_count

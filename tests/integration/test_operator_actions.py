@@ -110,3 +110,65 @@ async def test_async_purge_and_resubmit(namespace: rb.Namespace) -> None:
         assert await ans.purge(q) == 3
     counts = namespace.get_queue_runtime_properties(q)
     assert (counts.active_message_count, counts.dead_letter_message_count) == (0, 0)
+
+
+def test_resubmit_by_filter_moves_only_the_dead_letters_it_selects(namespace: rb.Namespace) -> None:
+    q = name("resubmit-filter")
+    namespace.create_queue(q, enable_partitioning=True)
+    with namespace.get_queue_sender(q) as sender:
+        sender.send_messages([Message(f"m{i}", partition_key=f"k{i}", subject="order" if i % 2 else "refund",
+                                      application_properties={"region": "eu" if i < 4 else "us", "amount": i * 10})
+                              for i in range(8)])
+    seqs = dead_letter(namespace, q, 8)
+    with pytest.raises(rb.errors.RuleSyntaxError):
+        namespace.resubmit_dead_letters(q, filter="region = = 'eu'")
+    assert namespace.resubmit_dead_letters(q, filter="user.region = 'eu' AND sys.label = 'order'") == 2
+    assert namespace.resubmit_dead_letters(q, filter="region = 'nowhere'") == 0
+    with namespace.get_queue_receiver(q) as receiver:
+        back = sorted(bytes(m.body) for m in receiver.peek_messages(10))
+    assert back == [b"m1", b"m3"]
+    by_body = {bytes(m.body): m.sequence_number
+               for m in namespace.get_queue_receiver(q, sub_queue=SubQueue.DEAD_LETTER).peek_messages(10)}
+    assert set(by_body) == {b"m0", b"m2", b"m4", b"m5", b"m6", b"m7"} and set(by_body.values()) <= set(seqs)
+    # sequence numbers and a filter together: those of the numbers the filter selects
+    picked = [by_body[b"m4"], by_body[b"m5"], by_body[b"m0"]]
+    assert namespace.resubmit_dead_letters(q, sequence_numbers=picked, filter="amount >= 40") == 2
+    left = {bytes(m.body) for m in namespace.get_queue_receiver(q, sub_queue=SubQueue.DEAD_LETTER).peek_messages(10)}
+    assert left == {b"m0", b"m2", b"m6", b"m7"}, "passed-over dead letters stay, receivable again"
+
+
+def test_peek_messages_with_a_filter_from_a_sequence_number_per_partition(namespace: rb.Namespace) -> None:
+    q = name("peek")
+    namespace.create_queue(q, enable_partitioning=True)
+    with namespace.get_queue_sender(q) as sender:
+        sender.send_messages([Message(f"m{i}", partition_key=f"k{i % 5}", application_properties={"n": i})
+                              for i in range(600)])
+    merged = namespace.peek_messages(q, 1000)
+    assert len(merged) == 600
+    assert [m.sequence_number for m in merged] == sorted(m.sequence_number for m in merged)
+    partition = merged[0].partition_index
+    own = [m.sequence_number for m in merged if m.partition_index == partition]
+    assert [m.sequence_number for m in namespace.peek_messages(q, 1000, partition=partition)] == own
+    assert [m.sequence_number for m in namespace.peek_messages(q, 2, sequence_number=own[3], partition=partition)] \
+        == own[3:5]
+    selected = namespace.peek_messages(q, 5, filter="n % 100 = 7")
+    assert sorted(m.application_properties["n"] for m in selected) == [7, 107, 207, 307, 407]
+    assert namespace.peek_messages(q, 5, filter=rb.CorrelationFilter(properties={"n": 599}))[0].body == b"m599"
+    assert namespace.get_queue_runtime_properties(q).active_message_count == 600, "peeking locks nothing"
+    with pytest.raises(rb.errors.InvalidArgumentError, match="partition must be"):
+        namespace.peek_messages(q, partition=namespace.partition_count)
+    with pytest.raises(rb.errors.RuleSyntaxError):
+        namespace.peek_messages(q, filter="n >")
+
+
+async def test_async_resubmit_by_filter_and_filtered_peek(namespace: rb.Namespace) -> None:
+    q = name("aio-filter")
+    namespace.create_queue(q)
+    with namespace.get_queue_sender(q) as sender:
+        sender.send_messages([Message(f"m{i}", application_properties={"n": i}) for i in range(4)])
+    dead_letter(namespace, q, 4)
+    async with rba.Namespace(namespace.config) as ans:
+        peeked = await ans.peek_messages(q, 10, sub_queue=SubQueue.DEAD_LETTER, filter="n > 1")
+        assert sorted(bytes(m.body) for m in peeked) == [b"m2", b"m3"]
+        assert await ans.resubmit_dead_letters(q, filter="n > 1") == 2
+    assert namespace.get_queue_runtime_properties(q).active_message_count == 2
