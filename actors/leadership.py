@@ -18,6 +18,7 @@ import logging
 from typing import Any, Callable
 
 from ray_broker.config import NamespaceConfig, displaced
+from ray_broker.engine.election import Keep, NoQuorum, ReplicaState, choose, known_epoch, sitting_leader
 from ray_broker.routing.channel import PartitionUnavailable
 from ray_broker.routing.ray_channel import TableHandles
 
@@ -44,15 +45,9 @@ MISSED_CHECKS = 2
 that Ray reports gone, is replaced at once."""
 
 
-def newest(states: dict[int, dict[str, Any]]) -> int:
-    """The replica holding the most changes: by the epoch of its last change, then its position
-    (then the lowest replica number)."""
-    def rank(r: int) -> tuple[int, int, int]:
-        state = states[r]
-        history = state["history"]
-        return (history[-1][0] if history else 0, state["position"], -r)
-
-    return max(states, key=rank)
+def parsed(answers: dict[int, dict[str, Any]]) -> dict[int, ReplicaState]:
+    """The replicas' answers as states the election's rule reads."""
+    return {r: ReplicaState.from_answer(a) for r, a in answers.items()}
 
 
 class ReplicaSets:
@@ -168,28 +163,26 @@ class ReplicaSets:
             if deposing is not None:
                 self._handles.pop((index, deposing), None)
             if deposing is None or not self.epochs[index]:
-                states = await self._states(index, replicas, None)
-                known = max([self.epochs[index], *(max(s["epoch"], s["followed"]) for s in states.values())])
-                for r, state in states.items():
-                    if state["leading"] is not None and state["leading"] >= known:
-                        self.leaders[index], self.epochs[index] = r, state["leading"]
-                        return
+                answers = await self._states(index, replicas, None)
+                known = known_epoch(parsed(answers), self.epochs[index])
+                sitting = sitting_leader(parsed(answers), known)
+                if isinstance(sitting, Keep):
+                    self.leaders[index], self.epochs[index] = sitting.replica, sitting.epoch
+                    return
             else:
                 known = self.epochs[index]
-            epoch = known + 1
-            fenced = await self._states(index, replicas, epoch)
-            if len(fenced) < self.config.required_copies:
+            fenced = await self._states(index, replicas, known + 1)
+            decision = choose(parsed(fenced), replicas, self.config.required_copies, known + 1)
+            if isinstance(decision, NoQuorum):
                 logger.warning("partition %d of namespace %r has no leader: %d of its %d replicas answer, %d needed",
-                               index, self.config.name, len(fenced), self.config.replicas,
-                               self.config.required_copies)
+                               index, self.config.name, decision.answered, self.config.replicas, decision.required)
                 self.leaders[index] = None
                 return
-            chosen = newest(fenced)
-            followers = [r for r in replicas if r != chosen]
+            chosen, epoch = decision.chosen, decision.epoch
             try:
-                states = {r: fenced[r] for r in followers if r in fenced}
-                await asyncio.wait_for(self.replica(index, chosen).lead.remote(epoch, followers, states),
-                                       LEAD_TIMEOUT_S)
+                states = {r: fenced[r] for r in decision.followers if r in fenced}
+                await asyncio.wait_for(self.replica(index, chosen).lead.remote(epoch, list(decision.followers),
+                                                                                 states), LEAD_TIMEOUT_S)
             except Exception:  # noqa: BLE001 - no leader this time; the next report elects again
                 logger.warning("replica %d of partition %d of namespace %r did not take the lead of epoch %d",
                                chosen, index, self.config.name, epoch, exc_info=True)
