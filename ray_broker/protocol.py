@@ -1,11 +1,40 @@
 """The wire vocabulary shared by the engine, the actors and the clients; imports no Ray.
 
+Sequence numbers carry their partition, and keys and entities map to partitions by one stable
+hash: every client, gateway and partition agrees on both.
+
 Sub-queue numbers and message states are stored in the partition's tables, so their values never
 change. Receive modes and sub-queues are also public (`rb.ReceiveMode`, `rb.SubQueue`).
 """
 from __future__ import annotations
 
 import enum
+
+import xxhash
+
+COUNTER_BITS = 48
+"""A sequence number holds its partition's index above this many bits, the partition's counter below."""
+COUNTER_MASK = (1 << COUNTER_BITS) - 1
+
+
+def partition_of(sequence_number: int) -> int:
+    """The partition index held in the top 16 bits of a partitioned entity's sequence number."""
+    return sequence_number >> COUNTER_BITS
+
+
+def make_sequence_number(partition: int, counter: int) -> int:
+    """Compose a sequence number from a partition index and that partition's counter."""
+    return (partition << COUNTER_BITS) | (counter & COUNTER_MASK)
+
+
+def partition_for_key(key: str, partition_count: int) -> int:
+    """Map a key to a partition index with a stable 64-bit hash (xxh64, seed 0)."""
+    return xxhash.xxh64_intdigest(key.encode("utf-8")) % partition_count
+
+
+def home_partition(entity_name: str, partition_count: int) -> int:
+    """The partition that hosts the whole of a non-partitioned entity (by its lower-cased name)."""
+    return partition_for_key("entity:" + entity_name.lower(), partition_count)
 
 
 class SubQueueNumber(enum.IntEnum):

@@ -4,8 +4,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from ..errors import MessagingEntityAlreadyExistsError
-from ..protocol import DEAD_LETTER, MAIN, SCHEDULED, TRANSFER, TRANSFER_DEAD_LETTER
-from ..routing import COUNTER_MASK
+from ..protocol import COUNTER_MASK, DEAD_LETTER, MAIN, SCHEDULED, TRANSFER, TRANSFER_DEAD_LETTER
 from .state import PartitionState
 
 

@@ -23,8 +23,7 @@ from typing import Any, Callable, Mapping, NamedTuple, Sequence
 from .. import codec
 from ..clock import to_datetime
 from ..filters import CompiledRules
-from ..protocol import ACTIVE
-from ..routing import COUNTER_BITS
+from ..protocol import ACTIVE, COUNTER_BITS
 from . import messages
 
 _ACTIVE = int(ACTIVE)

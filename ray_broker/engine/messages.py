@@ -20,7 +20,7 @@ from itertools import accumulate
 from typing import Any, Mapping, Sequence
 
 from .. import codec
-from ..routing import COUNTER_MASK
+from ..protocol import COUNTER_MASK
 from .queries import LockState, MessageRow, Queries, lock_token
 
 RUN_MIN = 16

@@ -26,8 +26,7 @@ import sqlite3
 from functools import partial
 from typing import Any, Iterable, Iterator, NamedTuple, Sequence, TypeVar
 
-from ..protocol import NAMED_PRODUCER_PREFIX, MessageState, SubQueueNumber
-from ..routing import COUNTER_BITS, COUNTER_MASK
+from ..protocol import COUNTER_BITS, COUNTER_MASK, NAMED_PRODUCER_PREFIX, MessageState, SubQueueNumber
 
 _ACTIVE, _DEFERRED, _SCHEDULED = int(MessageState.ACTIVE), int(MessageState.DEFERRED), int(MessageState.SCHEDULED)
 _TRANSFER = int(MessageState.TRANSFER)

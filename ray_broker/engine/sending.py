@@ -6,8 +6,7 @@ from typing import Any, Mapping, Sequence
 from ..entities import SEND_BLOCKING
 from .. import codec
 from ..errors import InvalidArgumentError, InvalidOperationError, MessagingEntityDisabledError, QuotaExceededError
-from ..protocol import ACTIVE, SCHEDULED
-from ..routing import COUNTER_BITS
+from ..protocol import ACTIVE, COUNTER_BITS, SCHEDULED
 from . import messages
 from .state import Fragment, PartitionState
 

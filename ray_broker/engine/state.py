@@ -24,9 +24,7 @@ from ..errors import (
     SessionLockLostError,
 )
 from ..filters import compile_rules
-from ..protocol import DEAD_LETTER, MAIN
-from ..routing import COUNTER_BITS
-from ..routing.planner import home
+from ..protocol import COUNTER_BITS, DEAD_LETTER, MAIN, home_partition
 from ..wire import SessionRef
 from . import fanout
 from .queries import DueMessage, MessageRow, Queries, row_id
@@ -242,6 +240,10 @@ class PartitionState:
         return self.error(MessagingEntityNotFoundError,
                           f"entity {name!r} does not exist (names are case-insensitive)", name)
 
+    def _home(self, definition: Mapping[str, Any]) -> int:
+        """The partition holding the whole of a non-partitioned entity (a subscription's: its topic's)."""
+        return home_partition(definition.get("topic") or definition["name"], self.partition_count)
+
     def fragment(self, name: str) -> Fragment:
         """The fragment of entity `name` hosted here; raises if it is absent or lives elsewhere."""
         key = name.lower()
@@ -250,7 +252,7 @@ class PartitionState:
             raise self.not_found(name)
         frag = self._fragment(key, definition)
         if not frag.options.get("enable_partitioning"):
-            index = home(definition, self.partition_count)
+            index = self._home(definition)
             if index != self.index:
                 raise self.error(InvalidOperationError, f"entity {name!r} is not partitioned and lives on partition "
                                  f"{index}, not {self.index}", name)
@@ -321,7 +323,7 @@ class PartitionState:
             found = []
             for key, definition in sorted(self.definitions.items()):
                 options = definition["options"]
-                if not (options.get("enable_partitioning") or home(definition, self.partition_count) == self.index):
+                if not (options.get("enable_partitioning") or self._home(definition) == self.index):
                     continue
                 for subq, option in ((MAIN, "forward_to"), (DEAD_LETTER, "forward_dead_lettered_messages_to")):
                     if options.get(option):

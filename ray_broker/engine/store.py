@@ -23,7 +23,7 @@ import sqlite3
 from typing import Iterator, Protocol, cast
 
 from ..errors import InvalidArgumentError, InvalidOperationError, StaleEpochError
-from ..routing import COUNTER_BITS
+from ..protocol import COUNTER_BITS
 from .changes import Change, Recorder
 from .queries import EpochStart, Queries, ReplicaPosition
 from .store_lock import StoreLock

@@ -1,4 +1,5 @@
-"""Partition routing: key resolution and the stable hash every component agrees on.
+"""Partition routing: which key pins a message to a partition (the hash and the sequence-number
+layout every component agrees on are in `protocol`).
 
 Pure functions with no Ray: the gateway, the tests and any smart client route the same way.
 """
@@ -6,12 +7,11 @@ from __future__ import annotations
 
 from typing import Mapping
 
-import xxhash
-
 from ..message import check_keys
+from ..protocol import COUNTER_BITS, COUNTER_MASK, home_partition, make_sequence_number, partition_for_key, partition_of
 
-COUNTER_BITS = 48
-COUNTER_MASK = (1 << COUNTER_BITS) - 1
+__all__ = ["COUNTER_BITS", "COUNTER_MASK", "home_partition", "make_sequence_number", "partition_for_key",
+           "partition_of", "resolve_partition_key"]
 
 
 def resolve_partition_key(message: Mapping[str, object], *, duplicate_detection: bool) -> str | None:
@@ -30,23 +30,3 @@ def resolve_partition_key(message: Mapping[str, object], *, duplicate_detection:
     if duplicate_detection and message.get("message_id") is not None:
         return str(message["message_id"])
     return None
-
-
-def partition_for_key(key: str, partition_count: int) -> int:
-    """Map a key to a partition index with a stable 64-bit hash (xxh64, seed 0)."""
-    return xxhash.xxh64_intdigest(key.encode("utf-8")) % partition_count
-
-
-def home_partition(entity_name: str, partition_count: int) -> int:
-    """The partition that hosts the whole of a non-partitioned entity (by its lower-cased name)."""
-    return partition_for_key("entity:" + entity_name.lower(), partition_count)
-
-
-def partition_of(sequence_number: int) -> int:
-    """The partition index held in the top 16 bits of a partitioned entity's sequence number."""
-    return sequence_number >> COUNTER_BITS
-
-
-def make_sequence_number(partition: int, counter: int) -> int:
-    """Compose a sequence number from a partition index and that partition's counter."""
-    return (partition << COUNTER_BITS) | (counter & COUNTER_MASK)
