@@ -64,11 +64,18 @@ def resubmit(
     sequence_numbers: Annotated[Optional[list[int]], typer.Option(
         "--sequence-number", metavar="N", min=0, help="Only the dead letter with this sequence number (repeatable).  "
                                                       "[default: all]")] = None,
+    sql_filter: Annotated[Optional[str], typer.Option(
+        "--filter", metavar="SQL", help="Only the dead letters this SQL filter selects, over their properties as a "
+                                        "subscription rule reads them, e.g. \"user.region = 'eu'\" or "
+                                        "\"DeadLetterReason = 'bad'\".  [default: all]")] = None,
     yes: Yes = False,
     as_json: AsJson = False,
 ) -> None:
     """Move dead-lettered messages back to their entity (or --to another queue or topic) as new
     messages with the same body and properties; each leaves the dead-letter queue once its copy is stored."""
+    from ..client.operating import selector
+
+    selector(sql_filter)  # a filter that does not parse fails here, before anything is read
     ns = attach(namespace, address)
     target, _ = receivable(ns, entity, "deadletter resubmit")
     destination = sendable(ns, to) if to is not None else None
@@ -76,20 +83,31 @@ def resubmit(
     if total == 0:
         raise MessageNotFoundError(f"{target} has no dead letters to resubmit")
     what = f"{len(sequence_numbers)} of the {total}" if sequence_numbers else f"all {total}"
+    chosen = f" that match {sql_filter!r}" if sql_filter is not None else ""
     towards = f"{destination}" if destination is not None else "their entity"
-    _confirm(yes, f"Resubmit {what} dead letter(s) of {target} to {towards}?")
-    batches = ns.resubmit_batches(target.path, sequence_numbers=sequence_numbers or None, to=to)
+    _confirm(yes, f"Resubmit {what} dead letter(s) of {target}{chosen} to {towards}?")
+    batches = ns.resubmit_batches(target.path, sequence_numbers=sequence_numbers or None, filter=sql_filter, to=to)
     stopped = _run_batches(batches, len(sequence_numbers) if sequence_numbers else total,
                            f"resubmitting from {target}")
     if stopped.done == 0 and not stopped.interrupted:
-        raise MessageNotFoundError(f"{target} has no dead letter with sequence number(s) "
-                                   f"{', '.join(map(str, sequence_numbers or []))}; peek them with "
-                                   f"`ray-broker peek {target.path} --dead-letter -n {ns.name}`")
-    _summary(as_json, {"entity": target.path, "to": to, "resubmitted": stopped.done,
+        raise MessageNotFoundError(_nothing_matched(ns.name, target, sequence_numbers, sql_filter))
+    _summary(as_json, {"entity": target.path, "to": to, "filter": sql_filter, "resubmitted": stopped.done,
                        "interrupted": stopped.interrupted},
              f"resubmitted {stopped.done} dead letter(s) of {target} to {towards}")
     if stopped.interrupted:
         raise typer.Exit(INTERRUPTED)
+
+
+def _nothing_matched(namespace: str, target: Entity, sequence_numbers: list[int] | None,
+                     sql_filter: str | None) -> str:
+    """Why a resubmit moved nothing from a dead-letter queue that holds dead letters."""
+    wanted = []
+    if sequence_numbers:
+        wanted.append(f"sequence number(s) {', '.join(map(str, sequence_numbers))}")
+    if sql_filter is not None:
+        wanted.append(f"the filter {sql_filter!r}")
+    return (f"{target} has no dead letter with {' and '.join(wanted)}; nothing was resubmitted; peek them with "
+            f"`ray-broker peek {target.path} --dead-letter -n {namespace}`")
 
 
 class Stopped:

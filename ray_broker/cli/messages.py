@@ -217,20 +217,36 @@ def peek(
     address: AddressOption = None,
     count: Count = 10,
     from_sequence: Annotated[int, typer.Option(min=0, help="Start at this sequence number.")] = 0,
+    sql_filter: Annotated[Optional[str], typer.Option(
+        "--filter", metavar="SQL", help="Only messages this SQL filter selects, over their properties as a "
+                                        "subscription rule reads them, e.g. \"user.amount > 100 AND sys.label = "
+                                        "'order'\" (reads on until --count are found or the end).")] = None,
+    partition: Annotated[Optional[int], typer.Option(
+        "--partition", min=0, help="Only this partition's messages.  [default: every partition's, merged in "
+                                   "sequence-number order]")] = None,
     dead_letter: DeadLetter = False,
     session_id: SessionId = None,
     as_json: AsJson = False,
 ) -> None:
     """Browse up to --count messages without locking or settling them."""
+    import ray_broker as rb
+
+    from ..client.operating import peek_range, selector
+
+    selector(sql_filter)  # a filter that does not parse fails here, before any cluster is reached
     ns = attach(namespace, address)
+    peek_range(from_sequence, partition, ns.partition_count)
     target, properties = receivable(ns, entity, "peek")
     session = _session(target, properties, dead_letter, session_id, "peek")
-    receiver = target.receiver(ns, dead_letter=dead_letter, session_id=session)
-    with receiver:
-        messages = receiver.peek_messages(count, sequence_number=from_sequence)
+    messages = ns.peek_messages(target.path, count, sequence_number=from_sequence,
+                                sub_queue=rb.SubQueue.DEAD_LETTER if dead_letter else None, session_id=session,
+                                filter=sql_filter, partition=partition)
     if as_json:
         for message in messages:
             print(output.message_json(message))
     elif messages:
         output.table(output.MESSAGE_HEADERS, [output.message_row(m) for m in messages])
-    output.note(f"peeked {len(messages)} message(s) in {target}" + (" (dead-letter)" if dead_letter else ""))
+    where = f"{target}" + (" (dead-letter)" if dead_letter else "") + \
+        (f", partition {partition}" if partition is not None else "")
+    matching = f" matching {sql_filter!r}" if sql_filter is not None else ""
+    output.note(f"peeked {len(messages)} message(s){matching} in {where}")

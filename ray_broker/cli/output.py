@@ -15,7 +15,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from ..tables import PLAIN_WIDTH, make_table
 
 BODY_PREVIEW = 60
-MESSAGE_HEADERS = ["sequence", "partition", "message id", "key", "deliveries", "enqueued (UTC)", "body"]
+PROPERTIES_PREVIEW = 60
+MESSAGE_HEADERS = ["sequence", "partition", "message id", "key", "deliveries", "enqueued (UTC)", "subject",
+                   "properties", "body"]
+_DEAD_LETTER_PROPERTIES = ("DeadLetterReason", "DeadLetterErrorDescription")
+"""Properties the body column shows as the dead-lettering's reason instead."""
 
 
 def _console(stream: Any) -> Console:
@@ -89,7 +93,18 @@ def message_row(message: Any) -> list[Any]:
     if message.dead_letter_reason:
         preview += f"  [dead-lettered: {message.dead_letter_reason}]"
     return [message.sequence_number, message.partition_index, message.message_id, key, message.delivery_count,
-            enqueued.strftime("%Y-%m-%d %H:%M:%S") if enqueued else None, preview]
+            enqueued.strftime("%Y-%m-%d %H:%M:%S") if enqueued else None, message.subject,
+            properties_text(message.application_properties), preview]
+
+
+def properties_text(properties: dict[str, Any]) -> str | None:
+    """Application properties as a table cell: `key=value` pairs (text quoted, so that `n=1` and
+    `n='1'` differ), cut short when long; None when there are none."""
+    shown = ", ".join(f"{k}={v!r}" if isinstance(v, str) else f"{k}={_plain(v)}"
+                      for k, v in properties.items() if k not in _DEAD_LETTER_PROPERTIES)
+    if not shown:
+        return None
+    return shown if len(shown) <= PROPERTIES_PREVIEW else shown[:PROPERTIES_PREVIEW - 3] + "..."
 
 
 def message_json(message: Any) -> str:

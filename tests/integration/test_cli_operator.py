@@ -1,5 +1,6 @@
-"""`ray-broker purge` and `ray-broker deadletter resubmit` run as their own processes against the
-session's namespace: confirmation, --json, Ctrl-C between batches, and bad input."""
+"""`ray-broker purge`, `ray-broker deadletter resubmit` and `ray-broker peek` run as their own
+processes against the session's namespace: confirmation, --json, filters, partitions, Ctrl-C
+between batches, and bad input."""
 from __future__ import annotations
 
 import json
@@ -87,7 +88,7 @@ def test_resubmit_back_to_the_queue_and_to_another(namespace: rb.Namespace, targ
             .peek_messages(10)]
     document = json.loads(ok(["deadletter", "resubmit", q, "--sequence-number", str(seqs[0]), "--yes", "--json",
                               *target]))
-    assert document == {"entity": q, "to": None, "resubmitted": 1, "interrupted": False}
+    assert document == {"entity": q, "to": None, "filter": None, "resubmitted": 1, "interrupted": False}
     (back,) = namespace.get_queue_receiver(q).peek_messages(10)
     assert (bytes(back.body), back.subject, back.application_properties) == (b"m0", "s", {"i": 0})
     other = f"op-{uuid.uuid4().hex[:10]}"
@@ -145,3 +146,43 @@ def test_purge_on_a_terminal_asks_first(namespace: rb.Namespace, target: list[st
     assert f"Remove all 4 message(s) of queue {q!r}?" in stderr
     assert namespace.get_queue_runtime_properties(q).active_message_count == left
     assert ("removed 4 message(s)" in stdout) == (answer == "y")
+
+
+def test_resubmit_by_filter_and_nothing_matching(namespace: rb.Namespace, target: list[str]) -> None:
+    q = queue_with(namespace, 5, dead=5)
+    document = json.loads(ok(["deadletter", "resubmit", q, "--filter", "i >= 3 AND sys.label = 's'", "--yes",
+                              "--json", *target]))
+    assert document == {"entity": q, "to": None, "filter": "i >= 3 AND sys.label = 's'", "resubmitted": 2,
+                        "interrupted": False}
+    assert sorted(m.application_properties["i"] for m in namespace.get_queue_receiver(q).peek_messages(10)) == [3, 4]
+    line = one_error_line(run_cli(["deadletter", "resubmit", q, "--filter", "i = 99", "--yes", *target]), 1)
+    assert line.startswith("error: MessageNotFoundError:") and "no dead letter with the filter 'i = 99'" in line
+    line = one_error_line(run_cli(["deadletter", "resubmit", q, "--filter", "i = = 1", "--yes", *target]), 1)
+    assert line.startswith("error: RuleSyntaxError: cannot parse the SQL filter")
+    assert namespace.get_queue_runtime_properties(q).dead_letter_message_count == 3
+
+
+def test_peek_with_a_filter_or_one_partition_and_the_table_shows_subject_and_properties(
+        namespace: rb.Namespace, target: list[str]) -> None:
+    q = f"op-{uuid.uuid4().hex[:10]}"
+    namespace.create_queue(q, enable_partitioning=True)
+    with namespace.get_queue_sender(q) as sender:
+        sender.send_messages([rb.Message(f"m{i}", partition_key=f"k{i % 3}", subject=f"s{i}",
+                                         application_properties={"i": i, "tag": "x"}) for i in range(40)])
+    lines = ok(["peek", q, "--filter", "i % 10 = 5", "--json", *target]).splitlines()
+    assert sorted(json.loads(line)["body"] for line in lines) == ["m15", "m25", "m35", "m5"]
+    partition = json.loads(lines[0])["partition"]
+    held = sorted(m.sequence_number for m in namespace.peek_messages(q, 100) if m.partition_index == partition)
+    from_second = [json.loads(line) for line in
+                   ok(["peek", q, "--partition", str(partition), "--from-sequence", str(held[1]), "--count", "100",
+                       "--json", *target]).splitlines()]
+    assert [m["sequence_number"] for m in from_second] == held[1:]
+    table = run_cli(["peek", q, "--filter", "i = 7", *target])
+    assert table.returncode == 0, table.stderr
+    header, row = [line for line in table.stdout.splitlines() if "subject" in line or "m7" in line]
+    assert "properties" in header and "s7" in row and "i=7, tag='x'" in row
+    assert "peeked 1 message(s) matching 'i = 7'" in table.stderr
+    line = one_error_line(run_cli(["peek", q, "--filter", "i >", *target]), 1)
+    assert line.startswith("error: RuleSyntaxError:")
+    line = one_error_line(run_cli(["peek", q, "--partition", "9999", *target]), 1)
+    assert line.startswith("error: InvalidArgumentError: partition must be")
