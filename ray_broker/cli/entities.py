@@ -1,4 +1,4 @@
-"""`ray-broker queue|topic|subscription create|delete|list|show`: managing a namespace's entities.
+"""`ray-broker queue|topic|subscription create|delete|list|show|update`: managing a namespace's entities.
 
 Durations are given in seconds and checked against the broker's limits before anything is sent.
 """
@@ -8,6 +8,7 @@ from dataclasses import fields
 from datetime import timedelta
 from typing import Annotated, Any, Callable, Optional
 
+import click
 import typer
 
 from ..clock import MAX_DURATION_SECONDS
@@ -33,9 +34,10 @@ from .options import (
     not_found,
 )
 
-queue_app = typer.Typer(help="Create, delete, list and show queues.", no_args_is_help=True)
-topic_app = typer.Typer(help="Create, delete, list and show topics.", no_args_is_help=True)
-subscription_app = typer.Typer(help="Create, delete, list and show a topic's subscriptions.", no_args_is_help=True)
+queue_app = typer.Typer(help="Create, delete, list, show and update queues.", no_args_is_help=True)
+topic_app = typer.Typer(help="Create, delete, list, show and update topics.", no_args_is_help=True)
+subscription_app = typer.Typer(help="Create, delete, list, show and update a topic's subscriptions.",
+                               no_args_is_help=True)
 
 Partitioned = Annotated[bool, typer.Option("--partitioned", help="Spread it over every partition.")]
 DuplicateDetection = Annotated[bool, typer.Option("--duplicate-detection", help="Drop repeated message ids.")]
@@ -54,6 +56,26 @@ DeadLetterOnExpiry = Annotated[bool, typer.Option(
 ForwardTo = Annotated[Optional[str], typer.Option("--forward-to", help="Forward every message to this entity.")]
 AsJson = Annotated[bool, typer.Option(
     "--json", help="Print one JSON document (durations in seconds) instead of tables.")]
+
+
+def _unless_given(option: Any, kind: type) -> Any:
+    """A `create` option as `update` takes it: the same flag, limits and help, None unless given
+    (left as it is)."""
+    return Annotated[Optional[kind], option.__metadata__[0]]  # type: ignore[valid-type]
+
+
+UpdateLockDuration = _unless_given(LockDuration, float)
+UpdateMaxDeliveries = _unless_given(MaxDeliveries, int)
+UpdateDuplicateWindow = _unless_given(DuplicateWindow, float)
+UpdateTtl = Annotated[Optional[float], typer.Option(
+    "--ttl", min=0, max=MAX_DURATION_SECONDS, help="Default message time to live, seconds (0: none).")]
+UpdateDeadLetterOnExpiry = Annotated[Optional[bool], typer.Option(
+    "--dead-letter-expired/--no-dead-letter-expired", help="Dead-letter expired messages, or drop them.")]
+UpdateForwardTo = Annotated[Optional[str], typer.Option(
+    "--forward-to", help="Forward every message to this entity ('': stop forwarding).")]
+UpdateStatus = Annotated[Optional[str], typer.Option(
+    "--status", help="Active, Disabled, or SendDisabled / ReceiveDisabled where the entity has it.")]
+UpdateMetadata = Annotated[Optional[str], typer.Option("--user-metadata", help="Free text kept with the entity.")]
 
 DUPLICATE_WINDOW_S = DEFAULT_DUPLICATE_WINDOW.total_seconds()
 LOCK_DURATION_S = DEFAULT_LOCK_DURATION.total_seconds()
@@ -297,3 +319,81 @@ def _rule_text(part: Any) -> str | None:
     if part is None:
         return None
     return getattr(part, "sql_expression", None) or type(part).__name__
+
+
+# ---------------------------------------------------------------------------------------------- updates
+
+
+def _changes(*, lock_duration: float | None = None, max_delivery_count: int | None = None,
+             ttl: float | None = None, dead_letter_expired: bool | None = None, forward_to: str | None = None,
+             duplicate_window: float | None = None, status: str | None = None,
+             user_metadata: str | None = None) -> dict[str, Any]:
+    """The settings an `update` changes, as the Python API takes them: those given on the command
+    line (a --ttl of 0 and a --forward-to of '' remove the setting)."""
+    given = {"lock_duration": _seconds(lock_duration), "max_delivery_count": max_delivery_count,
+             "dead_lettering_on_message_expiration": dead_letter_expired, "status": status,
+             "duplicate_detection_history_time_window": _seconds(duplicate_window), "user_metadata": user_metadata}
+    changes = {key: value for key, value in given.items() if value is not None}
+    if ttl is not None:
+        changes["default_message_time_to_live"] = _seconds(ttl) if ttl > 0 else None
+    if forward_to is not None:
+        changes["forward_to"] = forward_to or None
+    if not changes:
+        raise click.UsageError("give at least one setting to change (`--help` lists them)")
+    return changes
+
+
+def _updated(what: str, properties: Any, changes: dict[str, Any], as_json: bool) -> None:
+    """Report an update: the settings it changed, as they are now, or the whole entity as JSON."""
+    if as_json:
+        output.json_document(output.plain(properties))
+        return
+    shown = {key: getattr(properties, key) for key in changes}
+    output.out(f"{what} updated: " + ", ".join(f"{key}={'none' if value is None else _shown(value)}"
+                                               for key, value in shown.items()))
+
+
+@queue_app.command("update")
+def queue_update(name: QueueName, namespace: NamespaceOption = DEFAULT_NAMESPACE, address: AddressOption = None,
+                 lock_duration: UpdateLockDuration = None, max_delivery_count: UpdateMaxDeliveries = None,
+                 ttl: UpdateTtl = None, dead_letter_expired: UpdateDeadLetterOnExpiry = None,
+                 forward_to: UpdateForwardTo = None, duplicate_window: UpdateDuplicateWindow = None,
+                 status: UpdateStatus = None, user_metadata: UpdateMetadata = None, as_json: AsJson = False) -> None:
+    """Change a queue's settings (those given; partitioning, sessions and duplicate detection are
+    fixed when it is created). Messages it holds keep theirs."""
+    changes = _changes(lock_duration=lock_duration, max_delivery_count=max_delivery_count, ttl=ttl,
+                       dead_letter_expired=dead_letter_expired, forward_to=forward_to,
+                       duplicate_window=duplicate_window, status=status, user_metadata=user_metadata)
+    ns = attach(namespace, address)
+    _found(Entity("queue", name), ns.name, lambda: ns.get_queue(name))
+    _updated(f"queue {name!r}", ns.update_queue(name, **changes), changes, as_json)
+
+
+@topic_app.command("update")
+def topic_update(name: TopicName, namespace: NamespaceOption = DEFAULT_NAMESPACE, address: AddressOption = None,
+                 ttl: UpdateTtl = None, duplicate_window: UpdateDuplicateWindow = None, status: UpdateStatus = None,
+                 user_metadata: UpdateMetadata = None, as_json: AsJson = False) -> None:
+    """Change a topic's settings (those given; partitioning and duplicate detection are fixed when
+    it is created)."""
+    changes = _changes(ttl=ttl, duplicate_window=duplicate_window, status=status, user_metadata=user_metadata)
+    ns = attach(namespace, address)
+    _found(Entity("topic", name), ns.name, lambda: ns.get_topic(name))
+    _updated(f"topic {name!r}", ns.update_topic(name, **changes), changes, as_json)
+
+
+@subscription_app.command("update")
+def subscription_update(topic: TopicName, name: SubscriptionName, namespace: NamespaceOption = DEFAULT_NAMESPACE,
+                        address: AddressOption = None, lock_duration: UpdateLockDuration = None,
+                        max_delivery_count: UpdateMaxDeliveries = None, ttl: UpdateTtl = None,
+                        dead_letter_expired: UpdateDeadLetterOnExpiry = None, forward_to: UpdateForwardTo = None,
+                        status: UpdateStatus = None, user_metadata: UpdateMetadata = None,
+                        as_json: AsJson = False) -> None:
+    """Change a subscription's settings (those given; sessions are fixed when it is created; its
+    rules change with `ray-broker rule`)."""
+    changes = _changes(lock_duration=lock_duration, max_delivery_count=max_delivery_count, ttl=ttl,
+                       dead_letter_expired=dead_letter_expired, forward_to=forward_to, status=status,
+                       user_metadata=user_metadata)
+    ns = attach(namespace, address)
+    _found(Entity("subscription", topic, name), ns.name, lambda: ns.get_subscription(topic, name))
+    _updated(f"subscription {name!r} of topic {topic!r}", ns.update_subscription(topic, name, **changes), changes,
+             as_json)
