@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import errors
+from .access_rules import AuthorizationRule
 from .client.core import MessageBatch
 from .entities import (
     PartitionRuntimeProperties,
@@ -56,6 +57,7 @@ __all__ = [
     "Message", "MessageBody", "ReceivedMessage", "MessageState", "ReceiveMode", "SubQueue", "NEXT_AVAILABLE_SESSION",
     "QueueProperties", "QueueRuntimeProperties", "PartitionRuntimeProperties", "TopicProperties",
     "TopicRuntimeProperties", "SubscriptionProperties", "SubscriptionRuntimeProperties", "RuleProperties",
-    "SqlFilter", "CorrelationFilter", "TrueFilter", "FalseFilter", "SqlRuleAction", "partition_of", "errors",
+    "SqlFilter", "CorrelationFilter", "TrueFilter", "FalseFilter", "SqlRuleAction", "AuthorizationRule",
+    "partition_of", "errors",
     *errors.__all__,
 ]

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
 from typing import Any, Mapping, TypeVar
 
+from .access_rules import AuthorizationRule, normalize_rules, rules_from_wire
 from .clock import MAX_DURATION_SECONDS, duration_seconds, to_datetime
 from .errors import InvalidArgumentError
 from .sku import Sku
@@ -54,6 +55,7 @@ QUEUE_DEFAULTS: dict[str, Any] = {
     "auto_delete_on_idle": None,
     "enable_express": False,
     "enable_batched_operations": True,
+    "authorization_rules": [],
 }
 IMMUTABLE_QUEUE_OPTIONS = ("enable_partitioning", "requires_session", "requires_duplicate_detection")
 FIXED_QUEUE_PROPERTIES = ("max_message_size_in_kilobytes", "availability_status")
@@ -121,6 +123,7 @@ TOPIC_DEFAULTS: dict[str, Any] = {
     "enable_express": False,
     "enable_batched_operations": True,
     "support_ordering": True,
+    "authorization_rules": [],
 }
 TOPIC_STATUSES = ("Active", "Disabled", "SendDisabled")
 IMMUTABLE_TOPIC_OPTIONS = ("enable_partitioning", "requires_duplicate_detection")
@@ -221,6 +224,8 @@ def _normalize(kind: str, defaults: Mapping[str, Any], statuses: tuple[str, ...]
             if value not in statuses:
                 raise InvalidArgumentError(f"a {kind}'s status must be one of {', '.join(statuses)}, got {value!r}")
             result[key] = value
+        elif key == "authorization_rules":
+            result[key] = normalize_rules(value)
         elif key == "user_metadata":
             if value is not None and (not isinstance(value, str) or len(value) > MAX_USER_METADATA_LENGTH):
                 raise InvalidArgumentError(
@@ -246,7 +251,8 @@ def _properties(cls: type[P], definition: Mapping[str, Any], **fixed: Any) -> P:
     (durations as `timedelta`), the creation and update times, and the `fixed` fields."""
     names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
     options = {key: _td(value) if key in _DURATION_OPTIONS else
-               (timedelta.max if value is None else timedelta(seconds=value)) if key in _NEVER_OPTIONS else value
+               (timedelta.max if value is None else timedelta(seconds=value)) if key in _NEVER_OPTIONS else
+               rules_from_wire(value) if key == "authorization_rules" else value
                for key, value in definition["options"].items() if key in names}
     return cls(**options, created_at_utc=to_datetime(definition.get("created_at")),
                updated_at_utc=to_datetime(definition.get("updated_at")), **fixed)
@@ -274,6 +280,7 @@ class QueueProperties:
     enable_express: bool = False
     max_message_size_in_kilobytes: int = 256
     enable_batched_operations: bool = True
+    authorization_rules: tuple[AuthorizationRule, ...] = ()
     availability_status: str = "Available"
     created_at_utc: datetime | None = None
     updated_at_utc: datetime | None = None
@@ -377,6 +384,7 @@ class TopicProperties:
     max_message_size_in_kilobytes: int = 256
     enable_batched_operations: bool = True
     support_ordering: bool = True
+    authorization_rules: tuple[AuthorizationRule, ...] = ()
     availability_status: str = "Available"
     created_at_utc: datetime | None = None
     updated_at_utc: datetime | None = None

@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable
 from proton import Collector, Condition, Connection, Delivery, Endpoint, Event, Link, Message, Terminus, Transport
 
 from ..errors import (
+    InvalidArgumentError,
     InvalidOperationError,
     MessageLockLostError,
     MessageSizeExceededError,
@@ -67,7 +68,7 @@ from .mapping import decode_transfer, delivery_tag, encode_received
 from .outcomes import dead_letter_reason, settle_action
 from .sessions import NEXT_AVAILABLE, SESSION_FILTER, SESSION_LOCKED_UNTIL, dotnet_ticks, session_filter, session_wait
 from .paths import EntityAddress, is_cbs, parse_address
-from .sas import LISTEN, SEND, Claim, SasKey, audience_path, verify_token
+from .sas import LISTEN, SEND, Claim, SasKey, audience_path, token_audience_path, verify_token
 
 if TYPE_CHECKING:
     from ..aio.handle import Namespace
@@ -489,7 +490,9 @@ class AmqpConnection:
             properties = request.properties or {}
             if properties.get("operation") != "put-token":
                 raise UnauthorizedError(f"$cbs operation {properties.get('operation')!r} is not supported")
-            claim = verify_token(str(request.body), await self._keys(), self._clock())
+            token = str(request.body)
+            keys = (*await self._keys(), *await self._entity_keys(token_audience_path(token)))
+            claim = verify_token(token, keys, self._clock())
             audience = properties.get("name")
             if audience is not None and audience_path(str(audience)) != claim.path:
                 raise UnauthorizedError(f"the token's audience is not {audience!r}")
@@ -505,6 +508,26 @@ class AmqpConnection:
         delivery.settle()
         self.respond(link, Message(correlation_id=request.id, properties={
             "status-code": status, "status-description": description}))
+
+    async def _entity_keys(self, path: str) -> tuple[SasKey, ...]:
+        """The keys of the authorization rules of the queue or topic a token's audience path names
+        (a subscription's and a sub-queue's are their queue's or topic's); none for the namespace or
+        a path that names no entity."""
+        try:
+            address = parse_address(path) if path else None
+        except InvalidArgumentError:
+            address = None
+        if address is None:
+            return ()
+        owner = address.topic or address.entity
+        try:
+            entity: Any = await self.namespace.get_queue(owner)
+        except MessagingEntityNotFoundError:
+            try:
+                entity = await self.namespace.get_topic(owner)
+            except MessagingEntityNotFoundError:
+                return ()
+        return tuple(key for rule in entity.authorization_rules for key in rule.keys(entity.name))
 
     async def _store(self, link: Link, delivery: Delivery, payload: bytes) -> None:
         sender, order = self._senders[link]

@@ -5,7 +5,8 @@ A token is signed as the SDKs sign it: HMAC-SHA256, keyed by the key's text, ove
 the token writes it (URL-encoded, as the SDKs write it, or as it is, as hand-made tokens often do),
 a newline and the expiry in epoch seconds, then base64. A token is good for its audience
 and every entity below it (a namespace token, `sb://host`, covers every entity), until its expiry,
-for the rights of the key that signed it. Pure: no I/O, no Ray.
+for the rights of the key that signed it. A key of one entity (an authorization rule on a queue or
+topic) signs tokens only for an audience that entity covers. Pure: no I/O, no Ray.
 """
 from __future__ import annotations
 
@@ -39,6 +40,8 @@ class SasKey:
     name: str
     key: str
     rights: tuple[str, ...]
+    entity: str = ""
+    """The entity path the key belongs to (an authorization rule on it), "" for a namespace key."""
 
     def grants(self, right: str) -> bool:
         """Whether the key grants `right`."""
@@ -115,13 +118,25 @@ def _raw_resource(fields: str) -> str:
     return next((part.split("=", 1)[1] for part in fields.split("&") if part.lower().startswith("sr=")), "")
 
 
-def verify_token(token: str, keys: Iterable[SasKey], now: float) -> Claim:
-    """The claim a SAS token makes once its signature, key and expiry check out; else
-    `UnauthorizedError` saying which check failed."""
+def _fields(token: str) -> dict[str, str]:
+    """A SAS token's fields by lower-case name (`UnauthorizedError` if it is no SAS token)."""
     if not isinstance(token, str) or not token.startswith(TOKEN_PREFIX):
         raise UnauthorizedError("the token is not a shared access signature (it must start with "
                                 f"{TOKEN_PREFIX.strip()!r})")
-    fields = {k.lower(): v[0] for k, v in parse_qs(token[len(TOKEN_PREFIX):], keep_blank_values=True).items()}
+    return {k.lower(): v[0] for k, v in parse_qs(token[len(TOKEN_PREFIX):], keep_blank_values=True).items()}
+
+
+def token_audience_path(token: str) -> str:
+    """The entity path a SAS token's audience names ("" for the namespace), unverified: which
+    entity's keys may have signed it (`UnauthorizedError` if it is no SAS token)."""
+    return audience_path(_fields(token).get("sr", ""))
+
+
+def verify_token(token: str, keys: Iterable[SasKey], now: float) -> Claim:
+    """The claim a SAS token makes once its signature, key, scope and expiry check out; else
+    `UnauthorizedError` saying which check failed. A key scoped to an entity signs tokens for that
+    entity's audience (or one below it) only."""
+    fields = _fields(token)
     missing = [f for f in ("sr", "sig", "se", "skn") if not fields.get(f)]
     if missing:
         raise UnauthorizedError(f"the shared access signature lacks {', '.join(missing)}")
@@ -129,13 +144,18 @@ def verify_token(token: str, keys: Iterable[SasKey], now: float) -> Claim:
         expiry = int(fields["se"])
     except ValueError:
         raise UnauthorizedError(f"the shared access signature's expiry {fields['se']!r} is not epoch seconds") from None
-    key = next((k for k in keys if k.name == fields["skn"]), None)
-    if key is None:
+    named = [k for k in keys if k.name == fields["skn"]]
+    if not named:
         raise UnauthorizedError(f"the namespace has no shared access key named {fields['skn']!r}")
     written = _raw_resource(token[len(TOKEN_PREFIX):])
-    if not any(hmac.compare_digest(_signed(resource, expiry, key.key), fields["sig"])
-               for resource in {quote_plus(fields["sr"]), written}):
-        raise UnauthorizedError(f"the shared access signature does not match key {key.name!r}")
+    key = next((k for k in named if any(hmac.compare_digest(_signed(resource, expiry, k.key), fields["sig"])
+                                        for resource in {quote_plus(fields["sr"]), written})), None)
+    if key is None:
+        raise UnauthorizedError(f"the shared access signature does not match key {named[0].name!r}")
+    path = audience_path(fields["sr"])
+    if key.entity and not covers(key.entity.strip("/").lower(), path):
+        raise UnauthorizedError(f"key {key.name!r} belongs to entity {key.entity!r} and signs tokens for it alone, "
+                                f"not for {path or 'the namespace'!r}; use a namespace key or that entity's address")
     if expiry <= now:
         raise UnauthorizedError(f"the shared access signature expired at {expiry} (epoch seconds); get a new one")
-    return Claim(audience_path(fields["sr"]), key.rights, float(expiry))
+    return Claim(path, key.rights, float(expiry))

@@ -21,7 +21,7 @@ from typing import Annotated, Any, Sequence
 import typer
 
 from ..ray_head import SIGNAL_CHECK_ENV
-from . import emulator, entities, keys, messages, namespaces, actions, rules, tools
+from . import console, emulator, entities, keys, messages, namespaces, actions, rules, tools
 from .failures import error_line, exit_code, is_help_shown
 from .quiet import quiet_ray
 
@@ -88,6 +88,7 @@ app.command()(actions.purge)
 app.add_typer(actions.deadletter_app, name="deadletter")
 app.command()(tools.demo)
 app.command()(emulator.emulator)
+app.command()(console.console)
 app.command(add_help_option=False, context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(
     tools.bench)
 

@@ -6,8 +6,9 @@ become. Shared by the sync and async namespaces; imports no Ray.
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any, Mapping, TypedDict
+from typing import Any, Mapping, Sequence, TypedDict
 
+from ..access_rules import AuthorizationRule
 from ..amqp.keyring import keys_from_rows, rights_of
 from ..amqp.sas import SasKey
 from ..clock import to_epoch
@@ -67,6 +68,7 @@ class QueueOptions(TypedDict, total=False):
     auto_delete_on_idle: timedelta | None
     enable_express: bool
     enable_batched_operations: bool
+    authorization_rules: Sequence[AuthorizationRule]
 
 
 def queue_definition(name: str) -> Flow[dict[str, Any]]:
@@ -148,6 +150,7 @@ class TopicOptions(TypedDict, total=False):
     enable_express: bool
     enable_batched_operations: bool
     support_ordering: bool
+    authorization_rules: Sequence[AuthorizationRule]
 
 
 class SubscriptionOptions(TypedDict, total=False):

@@ -21,6 +21,7 @@ from ..entities import (
     TopicRuntimeProperties,
 )
 from ..errors import InvalidArgumentError
+from .access_rules import read_rules, write_rules
 from .atom import SB_COUNTS, sb, timestamp
 from .codecs import COUNT, ENTITY, FLAG, TEXT, TIMESPAN, Codec, entity_reference
 
@@ -109,6 +110,7 @@ SUBSCRIPTION = DescriptionKind(
 )
 MESSAGE_SIZE_ELEMENT = "MaxMessageSizeInKilobytes"
 AUTHORIZATION_RULES_ELEMENT = "AuthorizationRules"
+RULES_OPTION = "authorization_rules"
 DEFAULT_RULE_ELEMENTS = ("DefaultRuleDescription", "RuleDescription")
 """How a subscription's description names its first rule (Service Bus; the Python SDK)."""
 
@@ -127,8 +129,8 @@ def message_size_fixed(kilobytes: int) -> Fixed:
 def read_options(kind: DescriptionKind, description: ET.Element, extra: Sequence[Fixed] = (),
                  skip: Sequence[str] = ()) -> dict[str, Any]:
     """The broker options a description a client sent sets. A fixed property sent with another value
-    than the broker's, an authorization rule, or an unknown element raises InvalidArgumentError
-    naming it; read-only properties and the elements in `skip` are passed over."""
+    than the broker's, an authorization rule on a subscription, or an unknown element raises
+    InvalidArgumentError naming it; read-only properties and the elements in `skip` are passed over."""
     settings = {s.element: s for s in kind.settings}
     fixed = {f.element: f for f in (*kind.fixed, *extra)}
     options: dict[str, Any] = {}
@@ -145,9 +147,11 @@ def read_options(kind: DescriptionKind, description: ET.Element, extra: Sequence
                 raise InvalidArgumentError(f"{name} {text.strip()!r} is not supported: {rule.why} "
                                            f"(leave it out or send {rule.codec.format(rule.value)})")
         elif name == AUTHORIZATION_RULES_ELEMENT:
-            if len(child):
-                raise InvalidArgumentError("AuthorizationRules on an entity are not supported: the namespace's "
-                                           "shared access keys guard every entity")
+            if RULES_OPTION in kind.defaults:
+                options[RULES_OPTION] = read_rules(child)
+            elif len(child):
+                raise InvalidArgumentError(f"AuthorizationRules are not a property of a {kind.element}: put them on "
+                                           "its queue or topic")
         else:
             raise InvalidArgumentError(f"{name} is not a property of a {kind.element} this broker supports")
     return options
@@ -202,7 +206,7 @@ def write_description(kind: DescriptionKind, properties: Any, host: str, extra: 
             ET.SubElement(element, sb(setting.element)).text = setting.codec.format(value)
     for fixed in (*kind.fixed, *extra):
         ET.SubElement(element, sb(fixed.element)).text = fixed.codec.format(fixed.value)
-    ET.SubElement(element, sb(AUTHORIZATION_RULES_ELEMENT))
+    write_rules(element, getattr(properties, RULES_OPTION, ()))
     ET.SubElement(element, sb("CreatedAt")).text = timestamp(properties.created_at_utc)
     ET.SubElement(element, sb("UpdatedAt")).text = timestamp(properties.updated_at_utc)
     ET.SubElement(element, sb("EntityAvailabilityStatus")).text = properties.availability_status

@@ -7,6 +7,7 @@ and the same connection string serving AMQP afterwards.
 All tests share one namespace that serves AMQP on a free port."""
 from __future__ import annotations
 
+import base64
 import json
 import re
 import time
@@ -22,8 +23,11 @@ from azure.core.exceptions import (
     ResourceNotFoundError,
 )
 from azure.servicebus import ServiceBusClient, ServiceBusMessage
+from azure.servicebus.exceptions import ServiceBusAuthenticationError, ServiceBusAuthorizationError
 from azure.servicebus.aio.management import ServiceBusAdministrationClient as AsyncAdministrationClient
 from azure.servicebus.management import (
+    AccessRights,
+    AuthorizationRule,
     CorrelationRuleFilter,
     FalseRuleFilter,
     ServiceBusAdministrationClient,
@@ -467,3 +471,63 @@ def test_a_management_port_serves_the_api_over_plain_http_and_https(ray_instance
         assert status == 503 and json.loads(body)["partitions_down"] == [0]
     finally:
         rb.stop(name)
+
+
+def test_entity_authorization_rules_are_kept_and_their_keys_sign_for_that_entity_only(
+        admin: ServiceBusAdministrationClient, conn_str: str, amqp_namespace: rb.Namespace) -> None:
+    port = amqp_namespace.config.amqp_port
+    queue, other, topic = unique("q"), unique("q"), unique("t")
+    key, topic_key = base64.b64encode(b"k" * 32).decode(), base64.b64encode(b"t" * 32).decode()
+    rule = AuthorizationRule(claim_type="SharedAccessKey", claim_value="None", key_name="app",
+                             rights=[AccessRights.SEND, AccessRights.LISTEN], primary_key=key,
+                             secondary_key=base64.b64encode(b"s" * 32).decode())
+    created = admin.create_queue(queue, authorization_rules=[rule])
+    assert [(r.key_name, r.rights, r.primary_key) for r in created.authorization_rules] == \
+        [("app", ["Send", "Listen"], key)]
+    admin.create_queue(other)
+    admin.create_topic(topic)
+    admin.create_subscription(topic, "s")
+    described = admin.get_topic(topic)
+    described.authorization_rules = [AuthorizationRule(key_name="reader", rights=[AccessRights.LISTEN],
+                                                       primary_key=topic_key, secondary_key=topic_key)]
+    admin.update_topic(described)
+    assert [r.key_name for r in amqp_namespace.get_topic(topic).authorization_rules] == ["reader"]
+    assert amqp_namespace.get_queue(queue).authorization_rules[0].rights == ("Send", "Listen")
+
+    entity_conn = f"Endpoint=sb://localhost:{port}/;SharedAccessKeyName=app;SharedAccessKey={key};EntityPath={queue}"
+    with ServiceBusClient.from_connection_string(entity_conn + ";UseDevelopmentEmulator=true", retry_total=0) as c:
+        with c.get_queue_sender(queue) as sender:
+            sender.send_messages(ServiceBusMessage("with the queue's key"))
+        with c.get_queue_receiver(queue, max_wait_time=WAIT_S) as receiver:
+            [message] = receiver.receive_messages(max_message_count=1, max_wait_time=WAIT_S)
+            assert str(message) == "with the queue's key"
+            receiver.complete_message(message)
+        with pytest.raises(ValueError):  # the SDK's own check: EntityPath names another queue
+            c.get_queue_sender(other)
+    namespace_wide = f"Endpoint=sb://localhost:{port}/;SharedAccessKeyName=app;SharedAccessKey={key};" \
+                     "UseDevelopmentEmulator=true"
+    with ServiceBusClient.from_connection_string(namespace_wide, retry_total=0) as client:
+        with pytest.raises(ServiceBusAuthenticationError):
+            with client.get_queue_sender(other) as sender:
+                sender.send_messages(ServiceBusMessage("refused: the key is the other queue's"))
+    reader = f"Endpoint=sb://localhost:{port}/;SharedAccessKeyName=reader;SharedAccessKey={topic_key};" \
+             "UseDevelopmentEmulator=true"
+    with ServiceBusClient.from_connection_string(conn_str) as client, client.get_topic_sender(topic) as sender:
+        sender.send_messages(ServiceBusMessage("to the topic"))
+    with ServiceBusClient.from_connection_string(reader, retry_total=0) as client:
+        with client.get_subscription_receiver(topic, "s", max_wait_time=WAIT_S) as receiver:
+            [message] = receiver.receive_messages(max_message_count=1, max_wait_time=WAIT_S)
+            receiver.complete_message(message)
+        with pytest.raises(ServiceBusAuthorizationError):  # the rule grants Listen only
+            with client.get_topic_sender(topic) as sender:
+                sender.send_messages(ServiceBusMessage("refused: no Send right"))
+
+    admin.update_queue(admin.get_queue(queue), authorization_rules=[])
+    assert not admin.get_queue(queue).authorization_rules and not amqp_namespace.get_queue(queue).authorization_rules
+    with ServiceBusClient.from_connection_string(entity_conn + ";UseDevelopmentEmulator=true", retry_total=0) as c:
+        with pytest.raises(ServiceBusAuthenticationError):
+            with c.get_queue_sender(queue) as sender:
+                sender.send_messages(ServiceBusMessage("refused: the rule is gone"))
+    for name in (queue, other):
+        admin.delete_queue(name)
+    admin.delete_topic(topic)

@@ -106,7 +106,6 @@ FAST: tuple[str, ...] = (
 )
 """SDK tests that pass here and take seconds: the subset CI runs (tests/sdk_live/test_sdk_live.py)."""
 
-_AUTH_RULES = "authorization rules on an entity (a key for one queue or topic) are not supported"
 _SELF_FORWARD = "the broker refuses a queue that forwards to itself (Service Bus takes it; its hop limit ends the loop)"
 _SESSION_FORWARD = "the broker refuses forward_to on a session-enabled queue"
 _MESSAGE_ENCODING = "a received message's AMQP encoding differs (front end)"
@@ -114,16 +113,9 @@ _NEXT_SESSION_WAIT = "waiting for the next available session ends after max_wait
 
 KNOWN_FAILING: dict[str, str] = {
     "mgmt_tests/test_mgmt_queues.py::TestServiceBusAdministrationClientQueue::"
-    "test_mgmt_queue_create_with_queue_description": _AUTH_RULES,
+    "test_mgmt_queue_create_with_queue_description": _SESSION_FORWARD,
     "mgmt_tests/test_mgmt_queues.py::TestServiceBusAdministrationClientQueue::test_mgmt_queue_update_success":
-        _AUTH_RULES,
-    "mgmt_tests/async/test_mgmt_topics_async.py::TestServiceBusAdministrationClientTopicAsync::"
-    "test_async_mgmt_topic_update_success": _AUTH_RULES,
-    "mgmt_tests/async/test_mgmt_topics_async.py::TestServiceBusAdministrationClientTopicAsync::"
-    "test_async_mgmt_topic_create_with_topic_description": _AUTH_RULES,
-    "test_sb_client.py::TestServiceBusClient::test_sb_client_incorrect_queue_conn_str": _AUTH_RULES,
-    "async_tests/test_sb_client_async.py::TestServiceBusClientAsync::test_sb_client_incorrect_queue_conn_str_async":
-        _AUTH_RULES,
+        _SELF_FORWARD,
     "mgmt_tests/test_mgmt_queues.py::TestServiceBusAdministrationClientQueue::test_mgmt_queue_update_dict_success":
         _SELF_FORWARD,
     "mgmt_tests/async/test_mgmt_queues_async.py::TestServiceBusAdministrationClientQueueAsync::"

@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 from azure.servicebus._pyamqp.utils import generate_sas_token
 
+from ray_broker.access_rules import AuthorizationRule, normalize_rules, rules_from_wire
 from ray_broker.amqp.connection_string import connection_string
 from ray_broker.amqp.sas import (
     LISTEN,
@@ -15,6 +16,7 @@ from ray_broker.amqp.sas import (
     make_token,
     new_key,
     root_keys,
+    token_audience_path,
     verify_token,
 )
 from ray_broker.errors import InvalidArgumentError, UnauthorizedError
@@ -109,3 +111,47 @@ def test_a_token_signed_over_the_resource_as_written_verifies() -> None:
     assert (claim.path, claim.rights) == ("orders", (SEND,))
     with pytest.raises(UnauthorizedError, match="does not match"):
         verify_token(hand_signed("sb://127.0.0.1/orders", key.name, new_key("x", (SEND,)).key, NOW + 60), [key], NOW)
+
+
+def test_an_entity_key_signs_for_its_entity_and_what_is_below_it_only() -> None:
+    rule = AuthorizationRule("orders-app", (SEND, LISTEN), "primary", "secondary")
+    keys = [*root_keys(), *rule.keys("Orders")]
+    for signing_key in ("primary", "secondary"):
+        for audience in ("sb://h/orders", "sb://h/Orders/$DeadLetterQueue"):
+            claim = verify_token(make_token(audience, "orders-app", signing_key, NOW + 60), keys, NOW)
+            assert claim.rights == (SEND, LISTEN) and claim.allows(audience_path(audience), LISTEN, NOW)
+    for audience, shown in (("sb://h/orders-2", "orders-2"), ("sb://h", "the namespace")):
+        with pytest.raises(UnauthorizedError, match=f"belongs to entity 'Orders' and signs tokens for it alone, "
+                                                    f"not for '{shown}'"):
+            verify_token(make_token(audience, "orders-app", "primary", NOW + 60), keys, NOW)
+    topic_key = AuthorizationRule("events-app", (LISTEN,), "tk", "tk2").keys("events")
+    claim = verify_token(make_token("sb://h/events/subscriptions/audit", "events-app", "tk", NOW + 60),
+                         topic_key, NOW)
+    assert claim.path == "events/subscriptions/audit"
+    assert token_audience_path(make_token("sb://h/events/subscriptions/audit", "x", "k", NOW)) == \
+        "events/subscriptions/audit"
+
+
+def test_a_namespace_key_and_an_entity_key_of_one_name_each_verify_their_own_tokens() -> None:
+    namespace_key = new_key("shared", (LISTEN,))
+    entity_keys = AuthorizationRule("shared", (SEND,), "entity-primary", "entity-secondary").keys("orders")
+    keys = [namespace_key, *entity_keys]
+    assert verify_token(make_token("sb://h/orders", "shared", "entity-primary", NOW + 9), keys, NOW).rights == (SEND,)
+    assert verify_token(make_token("sb://h/orders", "shared", namespace_key.key, NOW + 9), keys, NOW).rights == \
+        (LISTEN,)
+
+
+def test_authorization_rules_are_checked_and_get_random_keys_when_left_out() -> None:
+    [row] = normalize_rules([AuthorizationRule("app", ("listen", "SEND"))])
+    assert row[0] == "app" and row[3] == [SEND, LISTEN] and len(row[1]) == len(row[2]) == 44 and row[1] != row[2]
+    assert rules_from_wire([row]) == (AuthorizationRule("app", (SEND, LISTEN), row[1], row[2]),)
+    assert normalize_rules(None) == []
+    for bad, message in (([AuthorizationRule("a b", (SEND,))], "invalid authorization rule key name"),
+                         ([AuthorizationRule("a", ("Admin",))], "rights among Manage, Send, Listen"),
+                         ([AuthorizationRule("a", ())], "rights among"),
+                         ([AuthorizationRule("a", (SEND,))] * 2, "a is given more than once"),
+                         ([AuthorizationRule(f"k{i}", (SEND,)) for i in range(13)], "at most 12"),
+                         ("rule", "must be a list of AuthorizationRule"),
+                         ([42], "must be an AuthorizationRule, not int")):
+        with pytest.raises(InvalidArgumentError, match=message):
+            normalize_rules(bad)

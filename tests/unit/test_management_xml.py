@@ -10,6 +10,7 @@ from azure.servicebus.management import QueueProperties as SdkQueueProperties
 from azure.servicebus.management import QueueRuntimeProperties as SdkQueueRuntimeProperties
 from azure.servicebus.management import RuleProperties as SdkRuleProperties
 from azure.servicebus.management import SubscriptionProperties as SdkSubscriptionProperties
+from azure.servicebus.management import TopicProperties as SdkTopicProperties
 from azure.servicebus.management import TopicRuntimeProperties as SdkTopicRuntimeProperties
 from azure.servicebus.management._generated.models import (
     QueueDescriptionEntry,
@@ -19,6 +20,7 @@ from azure.servicebus.management._generated.models import (
 )
 from azure.servicebus.management._utils import deserialize_rule_key_values
 
+from ray_broker.access_rules import AuthorizationRule
 from ray_broker.entities import (
     QUEUE_DEFAULTS,
     SUBSCRIPTION_DEFAULTS,
@@ -28,6 +30,7 @@ from ray_broker.entities import (
     SubscriptionProperties,
     TopicProperties,
     TopicRuntimeProperties,
+    normalize_topic_options,
 )
 from ray_broker.errors import InvalidArgumentError
 from ray_broker.filters import CorrelationFilter, FalseFilter, RuleProperties, SqlFilter, SqlRuleAction, TrueFilter
@@ -167,13 +170,33 @@ def test_what_the_broker_cannot_honour_is_refused_saying_what(element: str, text
         read_options(QUEUE, description("QueueDescription", **{element: text}), (KB,))
 
 
-def test_authorization_rules_on_an_entity_are_refused() -> None:
-    element = description("TopicDescription")
+def test_authorization_rules_of_a_topic_read_in_the_sdk_and_back() -> None:
+    rules = (AuthorizationRule("reader", ("Listen",), "pk1", "sk1"),
+             AuthorizationRule("admin", ("Manage", "Send", "Listen"), "pk2", "sk2"))
+    topic = TopicProperties("news", authorization_rules=rules, created_at_utc=CREATED)
+    entry = TopicDescriptionEntry.deserialize(as_entry("news", write_description(TOPIC, topic, HOST, (KB,))))
+    sdk = SdkTopicProperties._from_internal_entity("news", entry.content.topic_description)
+    assert [(r.key_name, r.rights, r.primary_key, r.secondary_key, r.claim_type) for r in sdk.authorization_rules] == \
+        [("reader", ["Listen"], "pk1", "sk1", "SharedAccessKey"),
+         ("admin", ["Manage", "Send", "Listen"], "pk2", "sk2", "SharedAccessKey")]
+    description_ = atom.entry_content(request_body(write_description(TOPIC, topic, HOST, (KB,))), ["TopicDescription"])
+    assert read_options(TOPIC, description_, (KB,))["authorization_rules"] == rules
+    assert normalize_topic_options({"authorization_rules": rules})["authorization_rules"] == \
+        [["reader", "pk1", "sk1", ["Listen"]], ["admin", "pk2", "sk2", ["Manage", "Send", "Listen"]]]
+
+
+def test_authorization_rules_on_a_subscription_or_of_another_claim_type_are_refused() -> None:
+    element = description("SubscriptionDescription")
     rules = ET.SubElement(element, atom.sb("AuthorizationRules"))
-    assert read_options(TOPIC, element, (KB,)) == {}
+    assert read_options(SUBSCRIPTION, element) == {}
     ET.SubElement(rules, atom.sb("AuthorizationRule"))
-    with pytest.raises(InvalidArgumentError, match="AuthorizationRules on an entity are not supported"):
-        read_options(TOPIC, element, (KB,))
+    with pytest.raises(InvalidArgumentError, match="put them on its queue or topic"):
+        read_options(SUBSCRIPTION, element)
+    element = description("QueueDescription")
+    rule = ET.SubElement(ET.SubElement(element, atom.sb("AuthorizationRules")), atom.sb("AuthorizationRule"))
+    ET.SubElement(rule, atom.sb("ClaimType")).text = "Windows"
+    with pytest.raises(InvalidArgumentError, match="only SharedAccessKey rules"):
+        read_options(QUEUE, element, (KB,))
 
 
 def test_a_body_that_is_no_entry_is_refused() -> None:
@@ -232,7 +255,8 @@ def test_an_update_unsets_what_its_description_leaves_out_that_can_be_unset() ->
 @pytest.mark.parametrize("kind,defaults", [(QUEUE, QUEUE_DEFAULTS), (TOPIC, TOPIC_DEFAULTS),
                                            (SUBSCRIPTION, SUBSCRIPTION_DEFAULTS)], ids=lambda k: getattr(k, "element", ""))
 def test_every_broker_option_has_its_setting(kind: object, defaults: dict[str, object]) -> None:
-    assert sorted(s.option for s in kind.settings) == sorted(defaults)  # type: ignore[attr-defined]
+    own_element = ["authorization_rules"] if "authorization_rules" in defaults else []  # AuthorizationRules
+    assert sorted([*(s.option for s in kind.settings), *own_element]) == sorted(defaults)  # type: ignore[attr-defined]
 
 
 def test_duration_and_zoneless_datetime_values_read_back_in_the_sdk_as_they_were_sent() -> None:
