@@ -70,13 +70,16 @@ def emulator(config: str | None = None, *, amqp_port: int | None = None, managem
 
     Args:
         config: the emulator's `Config.json` (comments allowed) to create the entities from.
-        amqp_port, management_port: where to listen (default: free ports).
+        amqp_port: where AMQP listens (default: a free port).
+        management_port: where the management API listens (default: a free port).
         data_dir: keep stores there (default: a temporary directory, removed at the end).
         partitions: the namespace's partition count (default: as `ray-broker emulator` picks).
 
     Example:
+        ```python
         with emulator(config="Config.json") as broker:
             client = ServiceBusClient.from_connection_string(broker.connection_string)
+        ```
     """
     amqp = amqp_port or free_port()
     management = management_port or free_port(frozenset({amqp}))

@@ -1,7 +1,8 @@
-"""README's Python snippets: each has a namespace of its own and removes it at its end, so each runs
-again, and after any other; the main ones run twice each, one after another, in a process of their
-own (as one script of a user's would). A program using the library as the snippets do sees none
-of Ray's own notices."""
+"""The Python snippets of README and of the documentation site's pages (`docs/`): each has a namespace
+of its own and removes it at its end, so each runs again, and after any other; the main ones run
+twice each, one after another, in a process of their own (as one script of a user's would), and the
+guides' other ones once each. A program using the library as the snippets do sees none of Ray's
+own notices."""
 from __future__ import annotations
 
 import re
@@ -14,11 +15,16 @@ import pytest
 
 from .helpers import isolated_env, short_tmpdir
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+ROOT = Path(__file__).resolve().parents[2]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+"""README and the site's pages, whose snippets a user copies."""
 RAY_NOTICES = ("(raylet)", "Token authentication", "WARNING")
 """Text of Ray's start-up and worker notices, which must not reach a library user."""
 MAIN_SNIPPETS = ("shop", "shop-async", "topics", "clock-demo")
 """The namespaces the main snippets start, in the order they run."""
+GUIDE_SNIPPETS = ("transactions", "forwarding", "locks", "operator-demo")
+"""The namespaces of the guides' other snippets that run on a local Ray alone (the Spark one needs a
+Spark session, and the Azure SDK one a fixed port: their guides' own tests cover them)."""
 RUN_EACH_TWICE = """
 import sys
 for path in sys.argv[1:]:
@@ -27,11 +33,14 @@ for path in sys.argv[1:]:
         exec(compile(source, path, "exec"), {"__name__": "__main__"})
         print("RUN", path, run, "OK", flush=True)
 """
+RUN_ONCE = RUN_EACH_TWICE.replace("(1, 2)", "(1,)")
 
 
 def python_snippets() -> list[str]:
-    """Every ```python block of README, as written."""
-    return re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), re.S)
+    """Every ```python block of README and of the site's pages, as written (one shown on two pages
+    counts once)."""
+    found = [s for page in PAGES for s in re.findall(r"```python\n(.*?)```", page.read_text(encoding="utf-8"), re.S)]
+    return list(dict.fromkeys(found))
 
 
 def started_namespaces(snippet: str) -> list[str]:
@@ -97,3 +106,22 @@ def test_the_async_snippet_alone_prints_none_of_rays_notices(tmp_path: Path) -> 
     assert result.returncode == 0, f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
     for notice in (*RAY_NOTICES, "SIGTERM handler"):
         assert notice not in result.stdout + result.stderr, f"Ray's notice reached the user:\n{result.stderr}"
+
+
+@pytest.mark.ray
+def test_the_guides_other_snippets_run_once_each_in_a_process_of_their_own(tmp_path: Path) -> None:
+    scripts = []
+    for name in GUIDE_SNIPPETS:
+        scripts.append(tmp_path / f"{name}.py")
+        scripts[-1].write_text(snippet_starting(name), encoding="utf-8")
+    ray_tmpdir = short_tmpdir("rb-guides-")
+    try:
+        result = subprocess.run([sys.executable, "-c", RUN_ONCE, *map(str, scripts)], capture_output=True, text=True,
+                                env=isolated_env(ray_tmpdir, str(tmp_path / "home")), cwd=str(tmp_path), timeout=600,
+                                check=False)
+    finally:
+        shutil.rmtree(ray_tmpdir, ignore_errors=True)
+    assert result.returncode == 0, f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    assert [line for line in result.stdout.splitlines() if line.startswith("RUN ")] == \
+        [f"RUN {script} 1 OK" for script in scripts]
+    assert "lock lost" not in result.stdout, result.stdout
