@@ -140,7 +140,14 @@ def selector(filter: Any) -> Selector | None:
 
 
 def _wire(message: ReceivedMessage) -> dict[str, Any]:
-    """The fields of `message` a filter reads, as its sender's wire dict holds them."""
+    """The fields of `message` a filter reads, as its sender's wire dict holds them; a dead letter's
+    reason and description are the properties `DeadLetterReason` and `DeadLetterErrorDescription`,
+    as Service Bus gives them to a dead-lettered message."""
+    properties = dict(message.application_properties)
+    for key, value in (("DeadLetterReason", message.dead_letter_reason),
+                       ("DeadLetterErrorDescription", message.dead_letter_error_description)):
+        if value is not None:
+            properties.setdefault(key, value)
     ttl = message.time_to_live
     scheduled = message.scheduled_enqueue_time_utc
     return {"message_id": message.message_id, "correlation_id": message.correlation_id, "to": message.to,
@@ -149,7 +156,7 @@ def _wire(message: ReceivedMessage) -> dict[str, Any]:
             "partition_key": message.partition_key,
             "time_to_live": None if ttl is None else ttl.total_seconds(),
             "scheduled_enqueue_time": None if scheduled is None else scheduled.timestamp(),
-            "application_properties": message.application_properties}
+            "application_properties": properties}
 
 
 def _system(message: ReceivedMessage) -> dict[str, Any]:

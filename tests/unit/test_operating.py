@@ -26,6 +26,13 @@ def test_selector_reads_user_and_system_properties() -> None:
     assert not selector("amount / 0 > 1")(message), "an evaluation error selects nothing"  # type: ignore[misc]
 
 
+def test_selector_reads_a_dead_letters_reason_as_service_bus_properties() -> None:
+    dead = received(3, dead_letter_reason="bad", dead_letter_error_description="broken",
+                    application_properties={"n": 1})
+    assert selector("DeadLetterReason = 'bad' AND user.DeadLetterErrorDescription LIKE 'bro%'")(dead)  # type: ignore[misc]
+    assert not selector("DeadLetterReason = 'bad'")(received(4))  # type: ignore[misc]
+
+
 def test_selector_refuses_bad_sql_and_other_types() -> None:
     with pytest.raises(RuleSyntaxError):
         selector("region = ")
