@@ -15,6 +15,7 @@ from typing import Any
 
 from .codec import TaskEncodingError
 from .config import BrokerAdapterConfig
+from .context import TaskContext, current_task
 from .sizing import BacklogSizing
 from .status import TaskStatus
 
@@ -32,4 +33,4 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = ["BrokerAdapterConfig", "BrokerTaskProcessorAdapter", "BacklogAutoscalingPolicy", "BacklogSizing",
-           "TaskEncodingError", "TaskStatus"]
+           "TaskEncodingError", "TaskStatus", "TaskContext", "current_task"]

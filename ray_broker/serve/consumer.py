@@ -7,6 +7,7 @@ renewed while its handler runs. Decisions come from `decisions.py`; this module 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import logging
 from concurrent.futures import ThreadPoolExecutor
@@ -16,6 +17,7 @@ from typing import Any, Callable, Mapping
 from ..errors import MessageSizeExceededError, ServiceBusError
 from ..message import Message, ReceivedMessage
 from .codec import TaskCall, TaskEncodingError
+from .context import TaskContext, enter
 from .decisions import Fail, Retry, Unprocessable, after_failure, claim, on_delivery, result_not_encodable
 from .results import ResultStore
 from .status import TaskRecord, TaskStatus
@@ -143,7 +145,7 @@ class Consumer:
             return
         self.counts.running.add(task_id)
         try:
-            result = await self._call(decision)
+            result = await self._call(decision, TaskContext(task_id, decision.name, attempt))
         except Exception as e:  # noqa: BLE001 - the handler's error decides the task's fate
             outcome = after_failure(decision.name, attempt, self._max_retries, e)
             if isinstance(outcome, Retry):
@@ -164,12 +166,13 @@ class Consumer:
         self.counts.succeeded += 1
         await self._settle("complete", message)
 
-    async def _call(self, call: TaskCall) -> Any:
+    async def _call(self, call: TaskCall, task: TaskContext) -> Any:
         handler = self._handlers[call.name]
+        enter(task)   # this asyncio task's own context; a sync handler runs in a copy of it
         if asyncio.iscoroutinefunction(handler):
             return await handler(*call.args, **call.kwargs)
         return await asyncio.get_running_loop().run_in_executor(
-            self._executor, functools.partial(handler, *call.args, **call.kwargs))
+            self._executor, functools.partial(contextvars.copy_context().run, handler, *call.args, **call.kwargs))
 
     async def _fail(self, message: ReceivedMessage, outcome: Fail) -> None:
         self.counts.failed += 1

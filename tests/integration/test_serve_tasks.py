@@ -43,7 +43,7 @@ def app(ray_instance: None, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     from ray.serve.task_consumer import instantiate_adapter_from_config, task_consumer, task_handler
 
     import ray_broker as rb
-    from ray_broker.serve import BrokerAdapterConfig, BrokerTaskProcessorAdapter
+    from ray_broker.serve import BrokerAdapterConfig, BrokerTaskProcessorAdapter, current_task
 
     name = f"serve-{uuid.uuid4().hex[:6]}"
     ns = rb.start(name, sku="premium", partitions=4, data_dir=str(tmp_path_factory.mktemp("serve")))
@@ -80,6 +80,16 @@ def app(ray_instance: None, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         @task_handler(name="echo")
         async def echo(self, value: Any) -> Any:
             return value
+
+        @task_handler(name="whoami")
+        def whoami(self) -> list[Any]:
+            task = current_task()
+            return [task.id, task.name, task.attempt]
+
+        @task_handler(name="whoami_async")
+        async def whoami_async(self) -> list[Any]:
+            task = current_task()
+            return [task.id, task.name, task.attempt]
 
     serve.start(proxy_location="Disabled")
     serve.run(Worker.bind(), name="tasks", route_prefix=None)
@@ -210,6 +220,14 @@ def test_enqueue_refuses_what_msgpack_cannot_carry_before_sending(app: dict[str,
     with pytest.raises(TaskEncodingError, match=r"task 'square'\[.args.\]\[0\] \(a builtins.set\)"):
         producer.enqueue_task_sync("square", args=[{1, 2}])
     assert producer.get_metrics_sync()["queue_length"] == before
+
+
+def test_handlers_know_their_task(app: dict[str, Any]) -> None:
+    producer = app["producer"]
+    for name in ("whoami", "whoami_async"):
+        producer.enqueue_task_sync(name, task_id=f"who-{name}")
+        wait_for(name, lambda: producer.get_task_status_sync(f"who-{name}").status == "SUCCESS")
+        assert producer.get_task_status_sync(f"who-{name}").result == [f"who-{name}", name, 1]
 
 
 def test_an_enqueue_repeated_with_one_task_id_is_stored_once(app: dict[str, Any]) -> None:
