@@ -4,7 +4,8 @@ deployment uses `BrokerTaskProcessorAdapter`, one Serve and one namespace for th
 Covered: 100 tasks give their results; a failing task runs max_retries + 1 times, ends FAILURE and
 lands in the failed queue with its dead-letter reason; unknown and undecodable tasks go to the
 unprocessable queue; the backlog metric follows a burst; a cancelled task never runs; a replica
-killed while tasks run loses none of them; the async variants.
+killed while tasks run loses none of them; the async variants. With --long: the backlog
+autoscaling policy adds replicas under a backlog and removes them after.
 """
 from __future__ import annotations
 
@@ -238,3 +239,46 @@ def test_an_enqueue_repeated_with_one_task_id_is_stored_once(app: dict[str, Any]
     wait_for("done", lambda: producer.get_task_status_sync("order-42").status == "SUCCESS")
     time.sleep(1)
     assert history(app, "order-42").count("STARTED") == 1
+
+
+def test_the_backlog_policy_adds_replicas_under_a_backlog_and_removes_them_after(app: dict[str, Any],
+                                                                                  long_run: bool) -> None:
+    if not long_run:
+        pytest.skip("a second application that scales up and down: run with --long")
+    from ray import serve
+    from ray.serve.config import AutoscalingConfig, AutoscalingPolicy
+    from ray.serve.schema import TaskProcessorConfig
+    from ray.serve.task_consumer import instantiate_adapter_from_config, task_consumer, task_handler
+
+    from ray_broker.serve import BacklogAutoscalingPolicy, BrokerAdapterConfig, BrokerTaskProcessorAdapter
+
+    config = TaskProcessorConfig(queue_name="scaled", adapter=BrokerTaskProcessorAdapter,
+                                 adapter_config=BrokerAdapterConfig(namespace=app["name"], lock_duration=LOCK_S),
+                                 max_retries=0)
+    autoscaling = AutoscalingConfig(
+        min_replicas=1, max_replicas=3, upscale_delay_s=0.5, downscale_delay_s=2,
+        policy=AutoscalingPolicy(policy_function=BacklogAutoscalingPolicy,
+                                 policy_kwargs={"namespace": app["name"], "queue_name": "scaled", "target_drain_s": 2,
+                                                "tasks_per_replica_s": 2, "poll_interval_s": 0.5}))
+
+    @serve.deployment(max_ongoing_requests=2, autoscaling_config=autoscaling, ray_actor_options={"num_cpus": 0})
+    @task_consumer(task_processor_config=config)
+    class Scaled:
+        @task_handler(name="sleep")
+        def sleep(self, seconds: float) -> None:
+            time.sleep(seconds)
+
+    def running() -> int:
+        states = serve.status().applications["scaled"].deployments["Scaled"].replica_states
+        return int(states.get("RUNNING", 0))
+
+    serve.run(Scaled.bind(), name="scaled", route_prefix=None)
+    try:
+        producer = instantiate_adapter_from_config(config)
+        assert running() == 1
+        ids = [producer.enqueue_task_sync("sleep", args=[0.5]).id for _ in range(80)]
+        wait_for("scaled up to max_replicas", lambda: running() == 3, timeout=60)
+        wait_for("every task done", all_done(producer, ids), timeout=90)
+        wait_for("scaled back down to min_replicas", lambda: running() == 1, timeout=60)
+    finally:
+        serve.delete("scaled")
