@@ -224,12 +224,14 @@ class Peek(NamedTuple):
 
 class Purge(NamedTuple):
     """Remove up to `max_count` messages of a sub-queue (of every state but on their way to a
-    forwarding destination), locked ones too; replies `{"removed", "more"}`."""
+    forwarding destination), locked ones too, only those enqueued before `before` (epoch seconds)
+    when given; replies `{"removed", "more"}`."""
 
     OPERATION = "purge"
     entity: str
     subq: int
     max_count: int
+    before: float | None = None
 
 
 class CommitTransaction(NamedTuple):

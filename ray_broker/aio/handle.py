@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Iterable, TypeVar
 from ..amqp.sas import SasKey
 from ..client import management, operating
 from ..client.direct import open_link
-from ..client.flow import Flow, run_async
+from ..client.flow import Flow, request, run_async
+from ..client.management import MANAGEMENT_TIMEOUT_S
 from ..client.handle import NamespaceBase
 from ..config import NamespaceConfig
 from ..entities import (
@@ -20,7 +21,7 @@ from ..entities import (
     check_entity_name,
     check_subscription_name,
 )
-from ..errors import MessageLockLostError
+from ..errors import InvalidArgumentError, MessageLockLostError
 from ..filters import RuleProperties, TrueFilter
 from ..message import ReceivedMessage
 from ..protocol import SubQueue
@@ -36,6 +37,15 @@ if TYPE_CHECKING:
     from ..client.management import QueueOptions, SubscriptionOptions, TopicOptions
 
 T = TypeVar("T")
+MAX_DELETE_BATCH = 4000
+"""The most messages one `delete_messages` call takes (Service Bus's limit of a batch delete)."""
+
+
+def _delete_batch(entity: str, subq: int, max_count: int, before: float | None) -> Flow[dict[str, Any]]:
+    """One purge batch of about `max_count` messages over all of `entity`'s partitions, enqueued
+    before `before` when given: `{"removed", "more"}`."""
+    return (yield request("purge", entity, subq, max_count, MANAGEMENT_TIMEOUT_S, before, True,
+                          timeout=MANAGEMENT_TIMEOUT_S))
 
 
 class Namespace(NamespaceBase[Sender, Receiver, Transaction], Closing):
@@ -211,6 +221,22 @@ class Namespace(NamespaceBase[Sender, Receiver, Transaction], Closing):
             yield int(reply["removed"])
             if not reply["more"]:
                 return
+
+    async def delete_messages(self, entity: str, max_message_count: int, *, before: datetime | None = None,
+                              sub_queue: Any = None) -> int:
+        """Remove about `max_message_count` of the oldest messages of a queue or subscription (or
+        of its dead-letter queue), shared out over its partitions, only those enqueued before
+        `before` when given: one batch of `purge` (Service Bus's batch delete, which clients repeat
+        until it removes none); how many it removed."""
+        if isinstance(max_message_count, bool) or not isinstance(max_message_count, int) or \
+                not 0 < max_message_count <= MAX_DELETE_BATCH:
+            raise InvalidArgumentError(f"max_message_count must be an int from 1 to {MAX_DELETE_BATCH}, "
+                                       f"got {max_message_count!r}")
+        subq = operating.sub_queue_number(sub_queue)
+        name = (await self._run(operating.holder(entity)))["name"]
+        cutoff = None if before is None else before.timestamp()
+        reply = await self._run(_delete_batch(name, subq, max_message_count, cutoff))
+        return int(reply["removed"])
 
     async def resubmit_dead_letters(self, entity: str, *, sequence_numbers: Iterable[int] | None = None,
                                     filter: Any = None, to: str | None = None) -> int:

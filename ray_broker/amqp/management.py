@@ -18,6 +18,10 @@ Operations (`operation` application property; request and response bodies are AM
   `renew-session-lock` (`session-id`) -> `expiration`, for sessions a receiver of this connection holds.
 - `com.microsoft:get-message-sessions` (`skip`, `top`, `last-updated-time`) -> `skip`, `sessions-ids`:
   the sessions with active messages or a stored state; 204 when none;
+- `com.microsoft:batch-delete-messages` (`message-count` 1 to 4000, [`enqueued-time-utc`]) ->
+  `message-count`: removes about that many of the oldest messages (enqueued before the time when
+  given; active, deferred, scheduled or locked) of the entity or its sub-queue, as `ns.purge` does
+  one batch (Service Bus's purge, which clients repeat until it removes none; Listen);
 - on a subscription: `com.microsoft:add-rule` (`rule-name`, `rule-description`; Manage),
   `com.microsoft:remove-rule` (`rule-name`; Manage), `com.microsoft:enumerate-rules` (`skip`, `top`)
   -> `rules`, each `{"rule-description": ...}` (see `rules.py`); 204 when none.
@@ -128,7 +132,8 @@ class ManagementNode:
                     "get-session-state": (LISTEN, self._get_state), "set-session-state": (LISTEN, self._set_state),
                     "renew-session-lock": (LISTEN, self._renew_session),
                     "get-message-sessions": (LISTEN, self._list_sessions), "add-rule": (MANAGE, self._add_rule),
-                    "remove-rule": (MANAGE, self._remove_rule), "enumerate-rules": (LISTEN, self._enumerate_rules)}
+                    "remove-rule": (MANAGE, self._remove_rule), "enumerate-rules": (LISTEN, self._enumerate_rules),
+                    "batch-delete-messages": (LISTEN, self._batch_delete)}
         if name not in handlers:
             raise InvalidArgumentError(f"$management operation {operation!r} is not supported by this front end")
         right, handler = handlers[name]
@@ -214,6 +219,20 @@ class ManagementNode:
         await self._sender.cancel_scheduled_messages([int(s) for s in body.get("sequence-numbers") or []])
         return {}
 
+
+    async def _batch_delete(self, body: dict[str, Any]) -> dict[str, Any]:
+        count = body.get("message-count")
+        if isinstance(count, bool) or not isinstance(count, int):
+            raise InvalidArgumentError(f"batch-delete-messages: message-count must be an int, got {count!r}")
+        before = body.get("enqueued-time-utc")
+        if before is not None and not isinstance(before, (int, datetime)):
+            raise InvalidArgumentError("batch-delete-messages: enqueued-time-utc must be a timestamp, not "
+                                       f"{type(before).__name__}")
+        cutoff = before if before is None or isinstance(before, datetime) else \
+            datetime.fromtimestamp(int(before) / 1000, timezone.utc)
+        removed = await self._connection.namespace.delete_messages(
+            self._target.entity, int(count), before=cutoff, sub_queue=self._target.sub_queue)
+        return {"message-count": removed}
 
     def _session(self, body: dict[str, Any]) -> ReceiverSession:
         """The request's session, as the receiver of this connection that holds its lock has it."""

@@ -43,7 +43,7 @@ OPERATIONS: dict[type[Any], Operation] = {
                                                                     r.session), False),
     wire.Peek: Operation(lambda e, r: e.peek(r.entity, r.subq, r.from_sequence, r.max_count, r.session_id,
                                              r.to_sequence), False),
-    wire.Purge: Operation(lambda e, r: e.purge(r.entity, r.subq, r.max_count), False),
+    wire.Purge: Operation(lambda e, r: e.purge(r.entity, r.subq, r.max_count, r.before), False),
     wire.CommitTransaction: Operation(lambda e, r: e.commit_transaction(r.transaction_id, r.deadline,
                                                                         r.operations), True),
     wire.AcceptSession: Operation(lambda e, r: e.accept_session(r.entity, r.session_id), False),

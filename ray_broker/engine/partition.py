@@ -190,13 +190,14 @@ class PartitionEngine:
         without locking them."""
         return receiving.peek(self.state, entity, subq, from_sequence, max_count, session_id, to_sequence)
 
-    def purge(self, entity: str, subq: int, max_count: int) -> purging.PurgeBatch:
-        """Remove up to `max_count` messages of a sub-queue, locked ones too: `{"removed", "more"}`.
+    def purge(self, entity: str, subq: int, max_count: int, before: float | None = None) -> purging.PurgeBatch:
+        """Remove up to `max_count` messages of a sub-queue (enqueued before `before` when given),
+        locked ones too: `{"removed", "more"}`.
 
         See `purging.purge`.
         """
         self._used(entity)
-        return purging.purge(self.state, entity, subq, max_count)
+        return purging.purge(self.state, entity, subq, max_count, before)
 
     # ------------------------------------------------------------------ transactions and forwarding
 

@@ -26,10 +26,11 @@ class PurgeBatch(TypedDict):
     more: bool
 
 
-def purge(state: PartitionState, entity: str, subq: int, max_count: int) -> PurgeBatch:
+def purge(state: PartitionState, entity: str, subq: int, max_count: int, before: float | None = None) -> PurgeBatch:
     """Remove about `max_count` messages of sub-queue `subq` of `entity` here, in sequence order,
     in one store transaction: whole rows until `max_count` messages are reached (a run, at most
-    `messages.RUN_MAX` messages, goes whole, so a batch may end up to one run past `max_count`)."""
+    `messages.RUN_MAX` messages, goes whole, so a batch may end up to one run past `max_count`);
+    with `before` (epoch seconds), only messages enqueued before then (Service Bus's batch delete)."""
     if not 0 < max_count <= MAX_PURGE_BATCH:
         raise InvalidArgumentError(f"a purge batch takes 1 to {MAX_PURGE_BATCH} messages, not {max_count}")
     frag = state.fragment(entity)
@@ -37,7 +38,7 @@ def purge(state: PartitionState, entity: str, subq: int, max_count: int) -> Purg
         raise state.error(InvalidOperationError, f"{frag.name!r} is a topic, which holds no messages of its own: "
                           "purge its subscriptions (TOPIC/Subscriptions/SUB)", frag.name)
     with state.store.transaction():
-        rows = state.queries.purgeable(frag.entity_id, subq, max_count + 1)
+        rows = state.queries.purgeable(frag.entity_id, subq, max_count + 1, before)
         taken, removed = 0, 0
         while taken < len(rows) and removed < max_count:
             removed += rows[taken].span

@@ -524,14 +524,16 @@ class Queries:
             {"first": first, "last": last, "subq": subq, "from_seq": from_seq, "to_seq": to_seq,
              "session_id": session_id, "limit": limit}))
 
-    def purgeable(self, entity_id: int, subq: int, limit: int) -> list[LockState]:
+    def purgeable(self, entity_id: int, subq: int, limit: int, before: float | None = None) -> list[LockState]:
         """Up to `limit` rows of a sub-queue a purge removes, in order: every state but `TRANSFER`
-        (those are on their way to a forwarding destination)."""
+        (those are on their way to a forwarding destination); with `before`, only rows enqueued
+        before then (epoch seconds)."""
         first, last = row_id_range(entity_id)
+        cutoff = "" if before is None else " AND enqueued_at < :before"
         return _rows(LockState, self.db.execute(
             f"SELECT {_LOCK_COLUMNS} FROM messages WHERE id BETWEEN :first AND :last AND subq = :subq "
-            f"AND state <> {_TRANSFER} ORDER BY id LIMIT :limit",
-            {"first": first, "last": last, "subq": subq, "limit": limit}))
+            f"AND state <> {_TRANSFER}{cutoff} ORDER BY id LIMIT :limit",
+            {"first": first, "last": last, "subq": subq, "limit": limit, "before": before}))
 
     def lock_states(self, ids: Sequence[int]) -> list[LockState]:
         """The lock columns of the rows with the given ids (those that exist)."""

@@ -17,12 +17,17 @@ class Purges:
         self._reach = reach
         self._definitions = definitions
 
-    async def purge(self, entity: str, subq: int, max_count: int, timeout: float) -> dict[str, Any]:
+    async def purge(self, entity: str, subq: int, max_count: int, timeout: float, before: float | None = None,
+                    in_all: bool = False) -> dict[str, Any]:
         """Remove up to `max_count` messages of sub-queue `subq` of `entity` on each partition that
-        holds it (each retried there until `timeout`): how many in all, and whether any has more."""
+        holds it (`in_all`: about `max_count` over all of them, shared out evenly), enqueued before
+        `before` (epoch seconds) when given, each retried there until `timeout`: how many in all,
+        and whether any has more."""
         deadline = self._reach.clock() + timeout
         definition = await self._definitions.get(entity)
-        replies = await asyncio.gather(*(self._reach.keyed(k, Purge(entity, subq, max_count), deadline=deadline,
+        hosts = planner.hosts(definition, self._reach.count)
+        each = -(-max_count // len(hosts)) if in_all else max_count
+        replies = await asyncio.gather(*(self._reach.keyed(k, Purge(entity, subq, each, before), deadline=deadline,
                                                             entity=entity)
-                                         for k in planner.hosts(definition, self._reach.count)))
+                                         for k in hosts))
         return {"removed": sum(r["removed"] for r in replies), "more": any(r["more"] for r in replies)}

@@ -693,3 +693,38 @@ def test_a_receive_and_delete_receiver_takes_deferred_messages_for_good(amqp_nam
             with pytest.raises(ServiceBusError):
                 receiver.receive_deferred_messages(seqs)
     assert_emptied(amqp_namespace, queue)
+
+
+def test_batch_delete_removes_the_oldest_messages_enqueued_before_its_cutoff(amqp_namespace: rb.Namespace,
+                                                                          conn_str: str, queue: str) -> None:
+    with ServiceBusClient.from_connection_string(conn_str, retry_total=0) as client:
+        with client.get_queue_sender(queue) as sender:
+            sender.send_messages([ServiceBusMessage(f"old-{i}") for i in range(3)])
+            time.sleep(0.3)
+            cutoff = datetime.now(timezone.utc)
+            time.sleep(0.3)
+            sender.send_messages(ServiceBusMessage("new"))
+        with client.get_queue_receiver(queue, max_wait_time=WAIT_S) as receiver:
+            first = management_call(receiver, "batch-delete-messages",
+                                    {"message-count": 2, "enqueued-time-utc": cutoff})
+            rest = [management_call(receiver, "batch-delete-messages", {"message-count": 4000,
+                                                                         "enqueued-time-utc": cutoff})
+                    for _ in range(2)]
+            assert (first[b"message-count"], *(r[b"message-count"] for r in rest)) == (2, 1, 0)
+            assert [str(m) for m in receiver.peek_messages(10)] == ["new"]
+            with pytest.raises(ServiceBusError, match="from 1 to 4000"):
+                management_call(receiver, "batch-delete-messages", {"message-count": 4001})
+            assert management_call(receiver, "batch-delete-messages", {"message-count": 10})[b"message-count"] == 1
+        with client.get_queue_receiver(queue, max_wait_time=WAIT_S) as receiver:
+            with client.get_queue_sender(queue) as sender:
+                sender.send_messages(ServiceBusMessage("dead"))
+            [message] = receive(receiver, 1)
+            receiver.dead_letter_message(message, reason="r")
+        deadline = time.monotonic() + SETTLED_WITHIN_S
+        while amqp_namespace.get_queue_runtime_properties(queue).dead_letter_message_count == 0 and \
+                time.monotonic() < deadline:
+            time.sleep(0.05)
+        with client.get_queue_receiver(queue, sub_queue=ServiceBusSubQueue.DEAD_LETTER,
+                                       max_wait_time=WAIT_S) as dead_letters:
+            assert management_call(dead_letters, "batch-delete-messages", {"message-count": 5})[b"message-count"] == 1
+    assert amqp_namespace.get_queue_runtime_properties(queue).total_message_count == 0

@@ -107,3 +107,15 @@ def test_the_purge_request_crosses_the_wire_and_runs_from_the_operation_table(br
     request = decode(encode(Purge(q, MAIN, 10)))
     assert request == Purge(q, MAIN, 10)
     assert operation(request).run(broker.engine, request) == {"removed": 2, "more": False}
+
+
+def test_a_purge_with_a_cutoff_takes_only_messages_enqueued_before_it(broker: Broker) -> None:
+    q = broker.create_queue("q")
+    broker.send(q, "old-1", "old-2")
+    cutoff = broker.clock.now() + 1
+    broker.clock.advance(5)
+    broker.send(q, "new")
+    assert broker.engine.purge(q, MAIN, 1000, cutoff) == {"removed": 2, "more": False}
+    assert [str(m) for m in broker.peek(q)] == ["new"]
+    request = decode(encode(Purge(q, MAIN, 1000, broker.clock.now() + 1)))
+    assert operation(request).run(broker.engine, request) == {"removed": 1, "more": False}
