@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from benchmarks import async_senders, group_commit, p5_memory, p6_recovery, projection, scale, suite, topic_fanout
+from benchmarks import (async_senders, group_commit, operator_actions, p5_memory, p6_recovery, projection, scale,
+                        suite, topic_fanout)
 from benchmarks.baselines import redis_server
 
 pytestmark = pytest.mark.ray
@@ -142,3 +143,13 @@ def test_projection_reports_cpu_per_message_by_process_and_projects_it(ray_insta
     assert headline["ratios_by_clients"]["2"]["projected"] == headline["ratios"]
     assert [t["threshold"] for t in doc["targets"]] == [6.0, 4.0]
     assert "busiest part." in projection.table(doc)
+
+
+def test_operator_actions_purges_and_resubmits_everything_it_counts(ray_instance: None) -> None:
+    config = operator_actions.OperatorConfig(purge=600, resubmit=30, partitions=2)
+    doc = well_formed(operator_actions.run(config), "operator_actions")
+    results = doc["results"]
+    assert (results["purge"]["messages"], results["resubmit"]["messages"]) == (600, 30)
+    assert results["resubmit_filtered"]["messages"] == 15 and results["resubmit_filtered"]["read"] == 30
+    assert all(r["msgs_per_s"] > 0 for r in results.values())
+    assert "purge" in operator_actions.table(doc)

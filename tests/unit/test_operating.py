@@ -29,7 +29,8 @@ def test_selector_reads_user_and_system_properties() -> None:
 def test_selector_reads_a_dead_letters_reason_as_service_bus_properties() -> None:
     dead = received(3, dead_letter_reason="bad", dead_letter_error_description="broken",
                     application_properties={"n": 1})
-    assert selector("DeadLetterReason = 'bad' AND user.DeadLetterErrorDescription LIKE 'bro%'")(dead)  # type: ignore[misc]
+    reads_both = selector("DeadLetterReason = 'bad' AND user.DeadLetterErrorDescription LIKE 'bro%'")
+    assert reads_both is not None and reads_both(dead)
     assert not selector("DeadLetterReason = 'bad'")(received(4))  # type: ignore[misc]
 
 
