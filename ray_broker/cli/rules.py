@@ -16,7 +16,7 @@ from .properties import PROPERTY_HELP, parse_properties
 rule_app = typer.Typer(help="List, add and remove a subscription's rules (filters and actions).",
                        no_args_is_help=True)
 
-RuleName = Annotated[str, typer.Argument(metavar="RULE", help="The rule's name (1 to 50 characters, not '$...').")]
+RuleName = Annotated[str, typer.Argument(metavar="RULE", help="The rule's name (1 to 50 letters, digits, '.', '-', '_' or '$').")]
 AsJson = Annotated[bool, typer.Option("--json", help="Print one JSON document instead of a table or line.")]
 CORRELATION_FIELDS = ("correlation_id", "message_id", "to", "reply_to", "subject", "session_id",
                       "reply_to_session_id", "content_type")

@@ -185,3 +185,20 @@ def test_peek_with_a_filter_or_one_partition_and_the_table_shows_subject_and_pro
     assert line.startswith("error: RuleSyntaxError:")
     line = one_error_line(run_cli(["peek", q, "--partition", "9999", *target]), 1)
     assert line.startswith("error: InvalidArgumentError: partition must be")
+
+
+def test_resubmit_on_a_terminal_asks_first_naming_the_filter(namespace: rb.Namespace, target: list[str]) -> None:
+    q = queue_with(namespace, 3, dead=3)
+    controller, terminal = pty.openpty()
+    try:
+        process = subprocess.Popen([CLI, "deadletter", "resubmit", q, "--filter", "i = 1", *target], stdin=terminal,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        os.write(controller, b"y\n")
+        stdout, stderr = process.communicate(timeout=120)
+    finally:
+        os.close(controller)
+        os.close(terminal)
+    assert process.returncode == 0, stderr
+    assert f"Resubmit all 3 dead letter(s) of queue {q!r} that match 'i = 1' to their entity?" in stderr
+    assert f"resubmitted 1 dead letter(s) of queue {q!r} to their entity\n" in stdout
+    assert namespace.get_queue_runtime_properties(q).dead_letter_message_count == 2

@@ -73,7 +73,10 @@ def test_rule_commands_refuse_bad_input_in_one_line(namespace: rb.Namespace, tar
     assert "has no rule named 'missing'; its rules: '$Default'" in line
     line = one_error_line(run_cli(["rule", "add", topic, "s", "r", "--sql", "1=1", "--subject", "x", *target]), 2)
     assert "not both" in line
-    assert [r.name for r in namespace.list_rules(topic, "s")] == ["$Default"], "nothing was added"
+    namespace.create_rule(topic, "s", "dup")
+    line = one_error_line(run_cli(["rule", "add", topic, "s", "dup", "--sql", "1=1", *target]), 1)
+    assert line.startswith("error: MessagingEntityAlreadyExistsError:") and "dup" in line
+    assert [r.name for r in namespace.list_rules(topic, "s")] == ["$Default", "dup"], "nothing else was added"
 
 
 def test_updates_change_only_the_settings_given(namespace: rb.Namespace, target: list[str]) -> None:
