@@ -33,6 +33,7 @@ from .options import (
     attach,
     not_found,
 )
+from .rules import action_text, filter_text
 
 queue_app = typer.Typer(help="Create, delete, list, show and update queues.", no_args_is_help=True)
 topic_app = typer.Typer(help="Create, delete, list, show and update topics.", no_args_is_help=True)
@@ -304,7 +305,7 @@ def subscription_show(topic: TopicName, name: SubscriptionName, namespace: Names
     entity = Entity("subscription", topic, name)
     properties = _found(entity, ns.name, lambda: ns.get_subscription(topic, name))
     runtime = ns.get_subscription_runtime_properties(topic, name)
-    rules = [[r.name, _rule_text(r.filter), _rule_text(r.action)] for r in ns.list_rules(topic, name)]
+    rules = [[r.name, filter_text(r.filter), action_text(r.action)] for r in ns.list_rules(topic, name)]
     if as_json:
         output.json_document({**_record(properties, runtime),
                               "rules": [{"name": n, "filter": f, "action": a} for n, f, a in rules]})
@@ -312,13 +313,6 @@ def subscription_show(topic: TopicName, name: SubscriptionName, namespace: Names
     _show(properties, runtime)
     output.out()
     output.table(["rule", "filter", "action"], rules)
-
-
-def _rule_text(part: Any) -> str | None:
-    """A rule's filter or action as text: its SQL, or its class name."""
-    if part is None:
-        return None
-    return getattr(part, "sql_expression", None) or type(part).__name__
 
 
 # ---------------------------------------------------------------------------------------------- updates

@@ -54,6 +54,8 @@ def test_rules_added_listed_and_removed_select_what_they_say(namespace: rb.Names
     assert [r["name"] for r in listed] == ["$Default", "big-eu", "refunds"]
     table = ok(["rule", "list", topic, "eu", *target])
     assert "correlation: subject='refund', user.amount=5" in table and "SET lane = 'fast'" in table
+    shown = json.loads(ok(["subscription", "show", topic, "eu", "--json", *target]))["rules"]
+    assert shown[2] == {"name": "refunds", "filter": "correlation: subject='refund', user.amount=5", "action": None}
     assert ok(["rule", "remove", topic, "eu", "big-eu", *target]) == \
         f"rule 'big-eu' removed from subscription 'eu' of topic {topic!r}\n"
     assert [r.name for r in namespace.list_rules(topic, "eu")] == ["$Default", "refunds"]
