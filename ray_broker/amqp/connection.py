@@ -10,8 +10,9 @@ errors proton closes with the info field the SDKs read.
 
 What a connection serves:
 - `$cbs`: `put-token` with a SAS token, checked (signature, expiry, audience) against the
-  namespace's keys (asked for at each put-token, so keys made or removed count at once) and
-  answered 202 or 401; each link to an entity needs a token covering it with
+  namespace's keys (asked for at each put-token, so keys made or removed count at once) and the
+  authorization rules of the entity its audience names, and answered 202, 401, or 404 when that
+  entity does not exist (as Service Bus answers); each link to an entity needs a token covering it with
   the right it uses (Send to send, Listen to receive), else it is refused with
   `amqp:unauthorized-access`.
 - links the client sends on (to a queue or topic): single and batched transfers, settled with
@@ -68,7 +69,7 @@ from .mapping import decode_transfer, delivery_tag, encode_received
 from .outcomes import dead_letter_reason, settle_action
 from .sessions import NEXT_AVAILABLE, SESSION_FILTER, SESSION_LOCKED_UNTIL, dotnet_ticks, session_filter, session_wait
 from .paths import EntityAddress, is_cbs, parse_address
-from .sas import LISTEN, SEND, Claim, SasKey, audience_path, token_audience_path, verify_token
+from .sas import LISTEN, SEND, Claim, SasKey, audience_path, covers, token_audience_path, verify_token
 
 if TYPE_CHECKING:
     from ..aio.handle import Namespace
@@ -89,7 +90,7 @@ DELIVERY_SLICE = 25
 connections at once, each gets its first messages soon instead of after every other's batch."""
 SESSION_WAIT_S = 10.0
 """How long a session receiver's attach waits for a session to lock when the SDK does not say."""
-CBS_OK, CBS_UNAUTHORIZED = 202, 401
+CBS_OK, CBS_UNAUTHORIZED, CBS_NOT_FOUND = 202, 401, 404
 NON_SESSION_RECEIVER = ("It is not possible for an entity that requires sessions to create a non-sessionful message "
                         "receiver: open a session receiver (a session id, or the next available session)")
 """Why a link without a session filter to an entity that requires sessions is refused (as
@@ -491,15 +492,23 @@ class AmqpConnection:
             if properties.get("operation") != "put-token":
                 raise UnauthorizedError(f"$cbs operation {properties.get('operation')!r} is not supported")
             token = str(request.body)
-            keys = (*await self._keys(), *await self._entity_keys(token_audience_path(token)))
-            claim = verify_token(token, keys, self._clock())
+            try:
+                entity_keys, missing = await self._entity_keys(token_audience_path(token)), None
+            except MessagingEntityNotFoundError as exc:
+                entity_keys, missing = (), exc
+            claim = verify_token(token, (*await self._keys(), *entity_keys), self._clock())
             audience = properties.get("name")
-            if audience is not None and audience_path(str(audience)) != claim.path:
-                raise UnauthorizedError(f"the token's audience is not {audience!r}")
+            if audience is not None and not covers(claim.path, audience_path(str(audience))):
+                raise UnauthorizedError(f"the token's audience does not cover {audience!r}")
+            if missing is not None:
+                raise missing
             self._claims.append(claim)
             status, description = CBS_OK, "Accepted"
         except UnauthorizedError as exc:
             description = str(exc)
+        except MessagingEntityNotFoundError as exc:
+            status = CBS_NOT_FOUND
+            description = f"The messaging entity could not be found ({exc}); create it first"
         except ServiceBusError as exc:
             description = f"the namespace's keys could not be read to check the token ({exc}); try again"
         except Exception as exc:  # noqa: BLE001 - a malformed request is answered, not raised
@@ -512,7 +521,8 @@ class AmqpConnection:
     async def _entity_keys(self, path: str) -> tuple[SasKey, ...]:
         """The keys of the authorization rules of the queue or topic a token's audience path names
         (a subscription's and a sub-queue's are their queue's or topic's); none for the namespace or
-        a path that names no entity."""
+        a path that is no entity address; `MessagingEntityNotFoundError` when the entity it names
+        does not exist (Service Bus refuses such a token with 404)."""
         try:
             address = parse_address(path) if path else None
         except InvalidArgumentError:
@@ -520,13 +530,12 @@ class AmqpConnection:
         if address is None:
             return ()
         owner = address.topic or address.entity
+        if address.subscription is not None:
+            await self.namespace.get_subscription(owner, address.subscription)
         try:
             entity: Any = await self.namespace.get_queue(owner)
         except MessagingEntityNotFoundError:
-            try:
-                entity = await self.namespace.get_topic(owner)
-            except MessagingEntityNotFoundError:
-                return ()
+            entity = await self.namespace.get_topic(owner)
         return tuple(key for rule in entity.authorization_rules for key in rule.keys(entity.name))
 
     async def _store(self, link: Link, delivery: Delivery, payload: bytes) -> None:

@@ -207,11 +207,32 @@ def test_value_and_sequence_bodies_round_trip(conn_str: str, queue: str) -> None
                 receiver.complete_message(message)
 
 
-def test_an_unknown_entity_is_the_sdks_entity_not_found(conn_str: str) -> None:
-    with ServiceBusClient.from_connection_string(conn_str, retry_total=0) as client:
-        with pytest.raises(MessagingEntityNotFoundError):
-            with client.get_queue_sender("no-such-queue") as sender:
-                sender.send_messages(ServiceBusMessage("lost"))
+def test_a_token_for_an_unknown_entity_is_refused_as_service_bus_refuses_it(amqp_namespace: rb.Namespace,
+                                                                          conn_str: str) -> None:
+    topic, port = f"t-{uuid.uuid4().hex[:10]}", amqp_namespace.config.amqp_port
+    key = amqp_namespace.list_shared_access_keys()[0]
+    amqp_namespace.create_topic(topic)
+    try:
+        with ServiceBusClient.from_connection_string(conn_str, retry_total=0) as client:
+            with pytest.raises(ServiceBusAuthenticationError):  # put-token answered 404, as Service Bus does
+                with client.get_queue_sender("no-such-queue") as sender:
+                    sender.send_messages(ServiceBusMessage("lost"))
+            with pytest.raises(ServiceBusAuthenticationError):
+                with client.get_subscription_receiver(topic, "no-such-subscription") as receiver:
+                    receiver.receive_messages(max_wait_time=1)
+            with pytest.raises(MessagingEntityNotFoundError):  # a token for the namespace: the attach refuses
+                token = make_token(f"sb://localhost:{port}", key.name, key.key, int(time.time()) + 300)
+                with ServiceBusClient.from_connection_string(
+                        f"Endpoint=sb://localhost:{port};SharedAccessSignature={token};UseDevelopmentEmulator=true",
+                        retry_total=0) as namespace_wide, namespace_wide.get_queue_sender("no-such-queue") as sender:
+                    sender.send_messages(ServiceBusMessage("lost"))
+        wrong = conn_str.replace(key.key, "A" * len(key.key))
+        with ServiceBusClient.from_connection_string(wrong, retry_total=0) as client:
+            with pytest.raises(ServiceBusAuthenticationError):
+                with client.get_queue_sender("no-such-queue") as sender:
+                    sender.send_messages(ServiceBusMessage("lost"))
+    finally:
+        amqp_namespace.delete_topic(topic)
 
 
 def test_a_wrong_key_or_expired_token_is_refused(amqp_namespace: rb.Namespace, conn_str: str, queue: str) -> None:
@@ -728,3 +749,4 @@ def test_batch_delete_removes_the_oldest_messages_enqueued_before_its_cutoff(amq
                                        max_wait_time=WAIT_S) as dead_letters:
             assert management_call(dead_letters, "batch-delete-messages", {"message-count": 5})[b"message-count"] == 1
     assert amqp_namespace.get_queue_runtime_properties(queue).total_message_count == 0
+

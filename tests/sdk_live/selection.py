@@ -128,10 +128,6 @@ KNOWN_FAILING: dict[str, str] = {
     "test_message.py::TestServiceBusMessageBackcompat::test_message_backcompat_receive_and_delete_databody":
         _MESSAGE_ENCODING,
     "test_message.py::TestServiceBusMessageBackcompat::test_message_property": _MESSAGE_ENCODING,
-    "test_sb_client.py::TestServiceBusClient::test_sb_client_bad_entity":
-        "a token for an entity that does not exist is accepted; the attach is refused (amqp:not-found)",
-    "async_tests/test_sb_client_async.py::TestServiceBusClientAsync::test_sb_client_bad_entity_async":
-        "a token for an entity that does not exist is accepted; the attach is refused (amqp:not-found)",
     "test_sessions.py::TestServiceBusSession::test_next_available_session_timeout_value": _NEXT_SESSION_WAIT,
     "async_tests/test_sessions_async.py::TestServiceBusAsyncSession::test_async_next_available_session_timeout_value":
         _NEXT_SESSION_WAIT,
