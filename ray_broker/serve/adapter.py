@@ -164,7 +164,7 @@ class BrokerTaskProcessorAdapter(TaskProcessorAdapter):
         if self._consumer is None or self._loop is None:
             return
         consumer, self._consumer = self._consumer, None
-        self._loop.run(consumer.stop(timeout), timeout + STOP_GRACE_S)
+        self._loop.run(consumer.stop(timeout), timeout + self._broker.receive_wait + STOP_GRACE_S)
 
     # ------------------------------------------------------------------ observability
 

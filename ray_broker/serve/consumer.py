@@ -72,6 +72,7 @@ class Consumer:
         self._stopping = False
         self._tasks: set[asyncio.Task[None]] = set()
         self._held: dict[int, ReceivedMessage] = {}
+        self._main: asyncio.Task[None] | None = None
         self.counts = ConsumerCounts()
 
     @property
@@ -81,10 +82,11 @@ class Consumer:
 
     async def run(self) -> None:
         """Receive and run tasks until `stop`; what arrives after `stop` is released at once."""
+        self._main = asyncio.current_task()
         while not self._stopping:
             free = self._concurrency - len(self._tasks)
             if free <= 0:
-                await asyncio.wait(set(self._tasks), return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait(set(self._tasks), timeout=self._wait, return_when=asyncio.FIRST_COMPLETED)
                 continue
             try:
                 messages = await self._receiver.receive_messages(max_message_count=free, max_wait_time=self._wait)
@@ -106,6 +108,8 @@ class Consumer:
         """Stop receiving, hand back (uncounted) what was fetched and not started, wait up to
         `timeout` s for running tasks, abandon those still running, and close."""
         self._stopping = True
+        if self._main is not None and self._main is not asyncio.current_task():
+            await asyncio.wait({self._main}, timeout=self._wait + RECEIVE_ERROR_PAUSE_S + 1)   # its last receive
         if self._tasks:
             await asyncio.wait(set(self._tasks), timeout=timeout)
         for message in list(self._held.values()):   # still running: let another replica run it now

@@ -282,3 +282,32 @@ def test_the_backlog_policy_adds_replicas_under_a_backlog_and_removes_them_after
         wait_for("scaled back down to min_replicas", lambda: running() == 1, timeout=60)
     finally:
         serve.delete("scaled")
+
+
+def test_a_stopping_consumer_hands_its_running_tasks_back_at_once(app: dict[str, Any]) -> None:
+    import threading
+
+    from ray.serve.schema import TaskProcessorConfig
+
+    from ray_broker.serve import BrokerAdapterConfig, BrokerTaskProcessorAdapter
+
+    config = TaskProcessorConfig(queue_name="handback", adapter=BrokerTaskProcessorAdapter,
+                                 adapter_config=BrokerAdapterConfig(namespace=app["name"], lock_duration=60),
+                                 max_retries=3)
+    release = threading.Event()
+    stopping, taking_over = BrokerTaskProcessorAdapter(config), BrokerTaskProcessorAdapter(config)
+    stopping.register_task_handle(lambda n: release.wait(30) and n, "work")
+    taking_over.register_task_handle(lambda n: n * 10, "work")
+    stopping.initialize(2)
+    taking_over.initialize(2)
+    ids = [stopping.enqueue_task_sync("work", args=[n]).id for n in (1, 2)]
+    try:
+        stopping.start_consumer()
+        wait_for("both running", lambda: list(statuses(stopping, ids).values()) == ["STARTED", "STARTED"])
+        stopping.stop_consumer(timeout=0.2)
+        taking_over.start_consumer()
+        wait_for("taken over long before the 60 s lock would lapse", all_done(taking_over, ids), timeout=20)
+        assert [taking_over.get_task_status_sync(i).result for i in ids] == [10, 20]
+    finally:
+        release.set()
+        taking_over.stop_consumer()
