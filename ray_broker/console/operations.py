@@ -105,16 +105,20 @@ class ConsoleOperations:
         return {"kind": target.kind, "path": target.path, "properties": views.properties_document(properties),
                 "runtime": views.counts_row(target.kind, target.path, runtime), "rules": rules}
 
-    def peek(self, kind: str, path: str, *, dead_letter: bool, from_sequence: int, count: int) -> dict[str, Any]:
+    def peek(self, kind: str, path: str, *, dead_letter: bool, from_sequence: int, count: int,
+             filter: str | None = None, partition: int | None = None) -> dict[str, Any]:
         """Up to `count` messages of a queue or subscription (or its dead-letter queue) from
-        sequence number `from_sequence`, without locking them, and where the next page starts."""
+        sequence number `from_sequence`, without locking them (those `filter`, SQL over their
+        properties, selects; of partition `partition` only when given), and where the next page
+        starts."""
+        import ray_broker as rb
+
         if not 1 <= count <= MAX_PEEK:
             raise InvalidArgumentError(f"count must be from 1 to {MAX_PEEK}, got {count}")
-        if from_sequence < 0:
-            raise InvalidArgumentError(f"the sequence number to start at must be 0 or more, got {from_sequence}")
         target, _ = self._receivable(kind, path)
-        with target.receiver(self.ns, dead_letter=dead_letter, session_id=None) as receiver:
-            messages = receiver.peek_messages(count, sequence_number=from_sequence)
+        messages = self.ns.peek_messages(target.path, count, sequence_number=from_sequence,
+                                         sub_queue=rb.SubQueue.DEAD_LETTER if dead_letter else None,
+                                         filter=filter or None, partition=partition)
         return {"messages": [views.message_document(m) for m in messages],
                 "next": messages[-1].sequence_number + 1 if len(messages) == count else None}
 
@@ -128,12 +132,15 @@ class ConsoleOperations:
         removed = self.ns.purge(target.path, sub_queue=rb.SubQueue.DEAD_LETTER if dead_letter else None)
         return {"entity": target.path, "dead_letter": dead_letter, "removed": removed}
 
-    def resubmit(self, kind: str, path: str, *, sequence_numbers: list[int] | None, to: str | None) -> dict[str, Any]:
-        """Move dead letters (all, or those with `sequence_numbers`) back to their entity or to `to`."""
+    def resubmit(self, kind: str, path: str, *, sequence_numbers: list[int] | None, to: str | None,
+                 filter: str | None = None) -> dict[str, Any]:
+        """Move dead letters (all, or those with `sequence_numbers`, and of those the ones `filter`
+        selects) back to their entity or to `to`."""
         target, _ = self._receivable(kind, path)
         if to is not None:
             sendable(self.ns, to)
-        moved = self.ns.resubmit_dead_letters(target.path, sequence_numbers=sequence_numbers, to=to)
+        moved = self.ns.resubmit_dead_letters(target.path, sequence_numbers=sequence_numbers, filter=filter or None,
+                                              to=to)
         return {"entity": target.path, "to": to, "resubmitted": moved}
 
     def send(self, path: str, *, body: str, count: int, fields: dict[str, Any]) -> dict[str, Any]:

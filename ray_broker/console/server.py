@@ -16,17 +16,18 @@ from typing import Any, Awaitable, Callable
 
 from aiohttp import web
 
-from ..cli.failures import error_line, error_type
+from ..cli.failures import error_line
 from ..cli.properties import parse_property
-from ..errors import InvalidArgumentError
+from ..errors import (InvalidArgumentError, InvalidOperationError, MessageNotFoundError, MessagingEntityNotFoundError,
+                      UnauthorizedError, unwrap_remote_error)
 from . import auth
 from .operations import ConsoleOperations
 
 WORKERS = 4
 """Namespace operations under way at once (a long purge leaves the others to the page's refreshes)."""
-STATUS_OF = {"UnauthorizedError": 401, "MessagingEntityNotFoundError": 404, "MessageNotFoundError": 404,
-             "InvalidArgumentError": 400, "InvalidOperationError": 409, "UsageError": 400}
-"""The HTTP status of a failure, by the error type the CLI names (others: 500)."""
+STATUSES = ((UnauthorizedError, 401), (MessagingEntityNotFoundError, 404), (MessageNotFoundError, 404),
+            (InvalidArgumentError, 400), (InvalidOperationError, 409))
+"""The HTTP status of a failure of each type (and its subtypes); others answer 500."""
 STATIC = files(__package__) / "static"
 PAGES = {"/": "index.html", "/console.css": "console.css", "/console.js": "console.js"}
 CONTENT_TYPES = {".html": "text/html", ".css": "text/css", ".js": "text/javascript"}
@@ -64,7 +65,7 @@ def make_app(operations: ConsoleOperations, require_token: bool) -> web.Applicat
         except web.HTTPException:
             raise
         except Exception as exc:  # noqa: BLE001 - every failure answers as the CLI's one line
-            return web.json_response({"error": error_line(exc)}, status=STATUS_OF.get(error_type(exc), 500))
+            return web.json_response({"error": error_line(exc)}, status=http_status(exc))
 
     async def overview(request: web.Request) -> web.Response:
         return web.json_response(await blocking(operations.overview))
@@ -77,8 +78,11 @@ def make_app(operations: ConsoleOperations, require_token: bool) -> web.Applicat
         kind, path = _named(request.query)
         dead = request.query.get("dead_letter") in ("1", "true")
         start, count = _int(request.query, "from", 0), _int(request.query, "count", 20)
+        partition = _int(request.query, "partition", -1)
+        where = request.query.get("filter") or None
         return web.json_response(await blocking(
-            lambda: operations.peek(kind, path, dead_letter=dead, from_sequence=start, count=count)))
+            lambda: operations.peek(kind, path, dead_letter=dead, from_sequence=start, count=count, filter=where,
+                                    partition=None if partition < 0 else partition)))
 
     async def purge(request: web.Request) -> web.Response:
         body = await _json(request)
@@ -94,8 +98,11 @@ def make_app(operations: ConsoleOperations, require_token: bool) -> web.Applicat
                 isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in numbers)):
             raise InvalidArgumentError(f"sequence_numbers must be a list of sequence numbers, got {numbers!r}")
         to = body.get("to") or None
+        where = body.get("filter") or None
+        if not isinstance(to, (str, type(None))) or not isinstance(where, (str, type(None))):
+            raise InvalidArgumentError("'to' and 'filter' must be texts")
         return web.json_response(await blocking(
-            lambda: operations.resubmit(kind, path, sequence_numbers=numbers, to=to)))
+            lambda: operations.resubmit(kind, path, sequence_numbers=numbers, to=to, filter=where)))
 
     async def send(request: web.Request) -> web.Response:
         body = await _json(request)
@@ -149,6 +156,12 @@ async def serve(operations: ConsoleOperations, settings: ConsoleSettings, ready:
         await stop.wait()
     finally:
         await runner.cleanup()
+
+
+def http_status(exc: BaseException) -> int:
+    """The HTTP status a failure answers with (see `STATUSES`)."""
+    cause = unwrap_remote_error(exc)
+    return next((status for kind, status in STATUSES if isinstance(cause, kind)), 500)
 
 
 def _named(values: Any) -> tuple[str, str]:

@@ -239,6 +239,24 @@ def test_a_peeked_message_shows_its_body_and_properties(browser: Any, ns: rb.Nam
     browser.save_screenshot(str(shots / "console-entity.png"))
 
 
+def test_the_browser_peeks_with_a_filter_and_shows_a_bad_one_as_the_cli_does(browser: Any, ns: rb.Namespace) -> None:
+    queue = filled_queue(ns, 6)
+    browser.get(browser.current_url.split("#")[0] + f"#/queue/{queue}")
+    until(lambda: len(browser.find_elements("css selector", "#message-table tbody tr")) == 6, "six messages show")
+    visible(browser, "#filter").send_keys("amount >= 104")
+    browser.find_element("id", "peek").click()
+    until(lambda: len(browser.find_elements("css selector", "#message-table tbody tr")) == 2, "two messages match")
+    assert sorted(t.text for t in browser.find_elements(
+        "css selector", "#message-table tbody tr td:nth-child(6)")) == ['{"order": 4}', '{"order": 5}']
+    field = browser.find_element("id", "filter")
+    field.clear()
+    field.send_keys("amount >>> 1")
+    browser.find_element("id", "peek").click()
+    error = visible(browser, "#error")
+    assert error.text.startswith('error: RuleSyntaxError: cannot parse the SQL filter "amount >>> 1"')
+    assert "\n" not in error.text
+
+
 def test_resubmitting_a_dead_letter_from_the_browser_moves_it_back(browser: Any, ns: rb.Namespace) -> None:
     queue = filled_queue(ns, 4, dead=2)
     browser.get(browser.current_url.split("#")[0] + f"#/queue/{queue}")
@@ -293,3 +311,10 @@ def test_the_console_command_serves_until_interrupted(ns: rb.Namespace, root_key
         _, err = process.communicate(timeout=30)
     assert process.returncode == 0, err
     assert err.strip().endswith("stopped")
+
+
+def test_the_console_command_refuses_a_bad_port_as_a_usage_error() -> None:
+    result = subprocess.run([CLI, "console", "--port", "70000"], capture_output=True, text=True, timeout=60,
+                            check=False)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith("error: UsageError: ") and result.stderr.count("\n") == 1, result.stderr

@@ -140,3 +140,15 @@ def test_entity_properties_are_plain_json() -> None:
     document = views.properties_document(QueueProperties("orders", lock_duration=timedelta(seconds=45)))
     assert document["lock_duration"] == 45.0 and document["auto_delete_on_idle"] is None
     json.dumps(document)
+
+
+def test_a_failure_answers_with_the_status_of_its_kind() -> None:
+    from ray_broker.console.server import http_status
+    from ray_broker.errors import (InvalidOperationError, MessagingEntityNotFoundError, RuleSyntaxError,
+                                   ServiceBusError)
+
+    assert http_status(UnauthorizedError("no")) == 401
+    assert http_status(MessagingEntityNotFoundError("gone")) == 404
+    assert http_status(RuleSyntaxError("bad sql")) == 400, "a subtype of InvalidArgumentError"
+    assert http_status(InvalidOperationError("not now")) == 409
+    assert http_status(ServiceBusError("broken")) == 500

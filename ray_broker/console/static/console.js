@@ -348,11 +348,13 @@ async function purge(doc, dead) {
             (r) => `removed ${r.removed} message(s) from ${r.entity}${dead ? " (dead-letter)" : ""}`);
 }
 
-async function resubmit(doc, numbers) {
+async function resubmit(doc, numbers, filter) {
   const to = $("resubmit-to") ? $("resubmit-to").value.trim() : "";
-  const what = numbers ? `${numbers.length} selected dead letter(s)` : "every dead letter";
+  const what = numbers ? `${numbers.length} selected dead letter(s)` :
+    filter ? `the dead letters matching ${filter}` : "every dead letter";
   if (!confirm(`Resubmit ${what} of ${doc.path} to ${to || "their entity"}?`)) return;
-  await act(() => api("/api/resubmit", { kind: doc.kind, path: doc.path, sequence_numbers: numbers, to: to || null }),
+  await act(() => api("/api/resubmit", { kind: doc.kind, path: doc.path, sequence_numbers: numbers, to: to || null,
+                                         filter: filter || null }),
             (r) => `resubmitted ${r.resubmitted} dead letter(s) of ${r.entity}`);
   state.selected = new Set();
 }
@@ -366,6 +368,10 @@ function browser(doc) {
       h("button", { type: "button", id: "tab-active", onclick: () => peek(doc.kind, doc.path, false, 0) }, "Active"),
       h("button", { type: "button", id: "tab-dead", onclick: () => peek(doc.kind, doc.path, true, 0) }, "Dead letters"),
       h("label", {}, "from sequence ", h("input", { id: "from", type: "number", min: 0, value: 0, size: 8 })),
+      h("label", {}, "partition ", h("select", { id: "partition" }, h("option", { value: "" }, "all"),
+        doc.runtime.partitions.map((p) => h("option", { value: p.index }, p.index)))),
+      h("label", {}, "filter ", h("input", { id: "filter", size: 28, placeholder: "SQL, e.g. amount > 100",
+        onkeydown: (e) => { if (e.key === "Enter") $("peek").click(); } })),
       h("button", { type: "button", id: "peek", onclick: () => peek(doc.kind, doc.path, state.browse ? state.browse.dead : false,
         parseInt($("from").value || "0", 10)) }, "Peek"),
       h("button", { type: "button", id: "next-page", disabled: true,
@@ -374,14 +380,19 @@ function browser(doc) {
       h("span", { id: "dead-tools", hidden: true },
         h("button", { type: "button", id: "resubmit-selected",
                       onclick: () => state.selected.size && resubmit(doc, [...state.selected]) }, "Resubmit selected…"),
+        " ", h("button", { type: "button", id: "resubmit-matching",
+                           onclick: () => $("filter").value.trim() && resubmit(doc, null, $("filter").value.trim()) },
+          "Resubmit matching filter…"),
         " ", h("label", {}, "to ", h("input", { id: "resubmit-to", placeholder: "(their entity)", size: 14 })))),
     h("div", { class: "cols" }, h("div", { id: "messages" }), h("div", { id: "detail", hidden: true })));
 }
 
 async function peek(kind, path, dead, from) {
+  const filter = $("filter") ? $("filter").value.trim() : "";
+  const partition = $("partition") ? $("partition").value : "";
   try {
     const page = await api(`/api/messages?kind=${kind}&path=${encodeURIComponent(path)}&dead_letter=${dead ? 1 : 0}` +
-                           `&from=${from}&count=${PAGE}`);
+                           `&from=${from}&count=${PAGE}&filter=${encodeURIComponent(filter)}&partition=${partition}`);
     state.browse = { kind, path, dead, from, next: page.next };
     renderMessages(page.messages, dead);
     showError(null);
