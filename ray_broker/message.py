@@ -37,9 +37,10 @@ _ID_FIELDS = ("message_id", "session_id", "partition_key")
 
 def id_problem(name: str, value: str) -> str | None:
     """What makes `value` unfit as a message's `name` (a message id, session id or partition key):
-    empty, or longer than `MAX_ID_LENGTH`; None when it is fit."""
-    if not value:
-        return f"{name} must not be empty; leave it None to have no {name}"
+    longer than `MAX_ID_LENGTH`, or an empty message id (an empty session id names the session "",
+    and an empty partition key goes with it, as Service Bus takes them); None when it is fit."""
+    if not value and name == "message_id":
+        return f"{name} must not be empty; leave it None to have one given"
     if len(value) > MAX_ID_LENGTH:
         return f"{name} is {len(value)} characters long; the limit is {MAX_ID_LENGTH}"
     return None

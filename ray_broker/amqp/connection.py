@@ -58,7 +58,7 @@ from ..errors import (
     SessionLockLostError,
     UnauthorizedError,
 )
-from ..protocol import NEXT_AVAILABLE_SESSION, ReceiveMode
+from ..protocol import ReceiveMode
 from ..sku import get_sku
 from .conditions import error_condition
 from .frames import FrameMender
@@ -67,7 +67,7 @@ from .locks import HeldLocks
 from .management import ManagementNode
 from .mapping import decode_transfer, delivery_tag, encode_received
 from .outcomes import dead_letter_reason, settle_action
-from .sessions import NEXT_AVAILABLE, SESSION_FILTER, SESSION_LOCKED_UNTIL, dotnet_ticks, session_filter, session_wait
+from .sessions import SESSION_FILTER, SESSION_LOCKED_UNTIL, dotnet_ticks, session_filter, session_wait
 from .paths import EntityAddress, is_cbs, parse_address
 from .sas import LISTEN, SEND, Claim, SasKey, audience_path, covers, token_audience_path, verify_token
 
@@ -367,7 +367,7 @@ class AmqpConnection:
             receiver = self.namespace.get_queue_receiver(
                 target.receive_path, receive_mode=mode,
                 max_wait_time=session_wait(link.remote_properties, SESSION_WAIT_S),
-                session_id=NEXT_AVAILABLE_SESSION if wanted == NEXT_AVAILABLE else wanted)
+                session_id=wanted)
         await _opened(receiver)
         if link.state & Endpoint.REMOTE_CLOSED:
             await receiver.close()

@@ -12,19 +12,23 @@ from typing import Any
 
 from proton import Data, symbol
 
+from ..errors import InvalidArgumentError
+from ..protocol import NEXT_AVAILABLE_SESSION, SessionFilter
+
 SESSION_FILTER = symbol("com.microsoft:session-filter")
 SESSION_LOCKED_UNTIL = symbol("com.microsoft:locked-until-utc")
 OPERATION_TIMEOUT = symbol("com.microsoft:timeout")
 """The link property in which an SDK says how long (ms) to wait for the next available session."""
-NEXT_AVAILABLE = ""
-"""What `session_filter` returns for a filter asking for the next available session."""
+NEXT_AVAILABLE = NEXT_AVAILABLE_SESSION
+"""What `session_filter` returns for a filter asking for the next available session (no session
+id; an empty one names the session "", as Service Bus takes it)."""
 _DOTNET_EPOCH_TICKS = 621_355_968_000_000_000
 """1970-01-01 in .NET ticks."""
 
 
-def session_filter(filter_set: Data) -> str | None:
+def session_filter(filter_set: Data) -> str | SessionFilter | None:
     """The session a link's source filter asks for: its id, `NEXT_AVAILABLE`, or None when the
-    link is no session receiver."""
+    link is no session receiver; `InvalidArgumentError` for a filter value that is no string."""
     filter_set.rewind()
     if filter_set.next() is None:
         return None
@@ -34,7 +38,12 @@ def session_filter(filter_set: Data) -> str | None:
     wanted = filters[SESSION_FILTER]
     if wanted is None:
         return NEXT_AVAILABLE
-    return bytes(wanted).decode("utf-8") if isinstance(wanted, (bytes, memoryview)) else str(wanted)
+    if isinstance(wanted, (bytes, memoryview)):
+        return bytes(wanted).decode("utf-8")
+    if not isinstance(wanted, str):
+        raise InvalidArgumentError(f"the session filter names a session by its id, a string (or null for the next "
+                                   f"available session), not {wanted!r}")
+    return str(wanted)
 
 
 def session_wait(properties: dict[Any, Any] | None, default: float) -> float:

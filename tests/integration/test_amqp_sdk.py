@@ -750,3 +750,30 @@ def test_batch_delete_removes_the_oldest_messages_enqueued_before_its_cutoff(amq
             assert management_call(dead_letters, "batch-delete-messages", {"message-count": 5})[b"message-count"] == 1
     assert amqp_namespace.get_queue_runtime_properties(queue).total_message_count == 0
 
+
+def test_the_empty_session_id_is_a_session_of_its_own(amqp_namespace: rb.Namespace, conn_str: str) -> None:
+    queue = f"q-{uuid.uuid4().hex[:10]}"
+    amqp_namespace.create_queue(queue, requires_session=True)
+    try:
+        with ServiceBusClient.from_connection_string(conn_str, retry_total=0) as client:
+            with client.get_queue_sender(queue) as sender:
+                for session_id, body in (("", "empty-1"), ("s1", "other"), ("", "empty-2")):
+                    message = ServiceBusMessage(body, session_id=session_id)
+                    message.partition_key = session_id
+                    sender.send_messages(message)
+            with client.get_queue_receiver(queue, session_id="", max_wait_time=WAIT_S) as receiver:
+                got = receive(receiver, 2)
+                assert [str(m) for m in got] == ["empty-1", "empty-2"]
+                assert {(m.session_id, m.partition_key) for m in got} == {("", "")}
+                assert receiver.session.session_id == ""
+                for message in got:
+                    receiver.complete_message(message)
+            with client.get_queue_receiver(queue, session_id=NEXT_AVAILABLE_SESSION, max_wait_time=WAIT_S) as receiver:
+                [message] = receive(receiver, 1)
+                assert (str(message), receiver.session.session_id) == ("other", "s1")
+                receiver.complete_message(message)
+            with pytest.raises(ServiceBusError, match="a session by its id, a string"):
+                with client.get_queue_receiver(queue, session_id=1, max_wait_time=WAIT_S):  # type: ignore[arg-type]
+                    pass
+    finally:
+        amqp_namespace.delete_queue(queue)

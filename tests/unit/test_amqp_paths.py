@@ -59,7 +59,10 @@ def test_session_filters_and_lock_times_as_the_sdk_writes_and_reads_them() -> No
     assert session_filter(filters(None)) is None
     assert session_filter(filters({symbol("other"): "x"})) is None
     assert session_filter(filters({symbol("com.microsoft:session-filter"): "s1"})) == "s1"
-    assert session_filter(filters({symbol("com.microsoft:session-filter"): None})) == NEXT_AVAILABLE
+    assert session_filter(filters({symbol("com.microsoft:session-filter"): None})) is NEXT_AVAILABLE
+    assert session_filter(filters({symbol("com.microsoft:session-filter"): ""})) == ""  # the session ""
+    with pytest.raises(InvalidArgumentError, match="not 1"):
+        session_filter(filters({symbol("com.microsoft:session-filter"): 1}))
     assert dotnet_ticks(datetime(1970, 1, 1, tzinfo=timezone.utc)) == 621_355_968_000_000_000
     assert dotnet_ticks(datetime(1970, 1, 1, 0, 0, 1, tzinfo=timezone.utc)) - dotnet_ticks(
         datetime(1970, 1, 1, tzinfo=timezone.utc)) == 10_000_000
