@@ -57,7 +57,7 @@ def start(
     gateways: Annotated[Optional[int], typer.Option(min=1, help="Gateway actors.  [default: 1]")] = None,
     durability: Annotated[Optional[DurabilityChoice], typer.Option(help="Durability.  [default: normal]")] = None,
     replicas: Annotated[Optional[int], typer.Option(
-        min=1, max=7, help="Copies of every partition, each on a node of its own (README, Replication).  "
+        min=1, max=7, help="Copies of every partition, each on a node of its own (docs: Durability and replication).  "
                            "[default: 1]")] = None,
     port: Annotated[Optional[int], typer.Option(
         min=1, max=65535, help="Port of the Ray head this command starts when no cluster runs.")] = None,
