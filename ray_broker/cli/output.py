@@ -88,7 +88,7 @@ def message_row(message: Any) -> list[Any]:
         preview = f"<{len(message.body)} bytes, not UTF-8>"
     else:
         preview = text if len(text) <= BODY_PREVIEW else text[:BODY_PREVIEW - 3] + "..."
-    key = message.session_id or message.partition_key
+    key = message.session_id if message.session_id is not None else message.partition_key
     enqueued = message.enqueued_time_utc
     if message.dead_letter_reason:
         preview += f"  [dead-lettered: {message.dead_letter_reason}]"

@@ -51,7 +51,15 @@ class ForegroundSignals:
     @contextmanager
     def ray_starting(self) -> Iterator[None]:
         """Around a start of Ray, which takes SIGTERM with a handler of its own until it is up
-        (`sys.exit(SIGTERM)`): a SIGTERM then is taken as the first stop signal (`Stopping`)."""
+        (`sys.exit(SIGTERM)`): a SIGTERM then is taken as the first stop signal (`Stopping`).
+
+        Ray's handler may raise where Python can only print and drop the exception (in a fork
+        handler as it starts a process): the signals that arrive meanwhile are also written to a
+        wake-up pipe at the C level, and one found there once the start returned stops the run."""
+        read_end, write_end = os.pipe()
+        os.set_blocking(read_end, False)
+        os.set_blocking(write_end, False)
+        previous = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
         try:
             yield
         except SystemExit as exc:
@@ -59,6 +67,15 @@ class ForegroundSignals:
                 raise
             self._stopping = True
             raise Stopping(signal.SIGTERM.name) from None
+        finally:
+            signal.set_wakeup_fd(previous)
+            arrived = _drain(read_end)
+            os.close(read_end)
+            os.close(write_end)
+        stop = next((sig for sig in STOP_SIGNALS if sig in arrived), None)
+        if stop is not None and not self._stopping:
+            self._stopping = True
+            raise Stopping(signal.Signals(stop).name)
 
     @property
     def stopping(self) -> bool:
@@ -80,3 +97,16 @@ class ForegroundSignals:
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(ABORT_EXIT_CODE)
+
+
+def _drain(fd: int) -> set[int]:
+    """The signal numbers written to a non-blocking wake-up pipe so far."""
+    arrived: set[int] = set()
+    while True:
+        try:
+            chunk = os.read(fd, 512)
+        except BlockingIOError:
+            return arrived
+        if not chunk:
+            return arrived
+        arrived.update(chunk)

@@ -230,7 +230,8 @@ def _is_message(payload: Any) -> bool:
 def _dedup_key(env: Mapping[str, Any], opts: Mapping[str, Any]) -> str:
     """MessageId, plus the partition key (the session id on a session message) when partitioned."""
     key = str(env["message_id"])
-    partition_key = env.get("session_id") or env.get("partition_key")
+    session_id = env.get("session_id")
+    partition_key = session_id if session_id is not None else env.get("partition_key")
     if opts.get("enable_partitioning") and partition_key is not None:
         key += "\x1f" + str(partition_key)
     return key

@@ -151,19 +151,25 @@ def bodies(max_size: int = 2048) -> st.SearchStrategy[Arg]:
 
 
 @functools.cache
-def ids() -> st.SearchStrategy[Arg]:
-    """message_id, session_id and partition_key: 1 to 128 characters of text, or None."""
+def ids(field: str) -> st.SearchStrategy[Arg]:
+    """message_id, session_id and partition_key: up to 128 characters of text, or None. An empty
+    message id is refused; an empty session id names the session "" and an empty partition key
+    goes with it (as on Service Bus)."""
+    empty = tag(st.just(""), Verdict.INVALID if field == "message_id" else Verdict.VALID, "empty")
     valid = st.one_of(
         tag(st.none(), Verdict.VALID, "none"),
         tag(st.text(min_size=1, max_size=24), Verdict.VALID, "text"),
         tag(repeated_text(MAX_ID_LENGTH - 2, MAX_ID_LENGTH), Verdict.VALID, "at the length limit"),
     )
     invalid = st.one_of(
-        tag(st.just(""), Verdict.INVALID, "empty"),
         tag(repeated_text(MAX_ID_LENGTH + 1, MAX_ID_LENGTH + 40), Verdict.INVALID, "too long"),
         tag(NOT_UNICODE, Verdict.INVALID, "not valid Unicode"),
         tag(NOT_TEXT, Verdict.INVALID, "not a str"),
     )
+    if field == "message_id":
+        invalid = st.one_of(empty, invalid)
+    else:
+        valid = st.one_of(valid, empty)
     return mostly(valid, invalid, one_in=12)
 
 
@@ -313,7 +319,7 @@ def message_cases(draw: st.DrawFn, *, body_size: int = 2048, timing: bool = True
     given = {"message_id": message_ids, "session_id": session_ids}
     for name in ID_FIELDS:
         if given.get(name) is None and draw(st.booleans()):
-            fields[name] = draw(ids())
+            fields[name] = draw(ids(name))
     if message_ids is not None:
         fields["message_id"] = draw(message_ids)
     if session_ids is not None:

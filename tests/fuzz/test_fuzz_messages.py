@@ -199,7 +199,7 @@ def test_duplicate_detection_keeps_first_of_each_id(dedup_slot: QueueSlot, long_
     queue is dropped; every other one comes back identical. Messages without an id refuse the send."""
 
     @fuzz_settings(long_run, ci=60, long=1200)
-    @given(pool=st.lists(ids().filter(lambda a: a.verdict is Verdict.VALID and a.value is not None),
+    @given(pool=st.lists(ids("message_id").filter(lambda a: a.verdict is Verdict.VALID and a.value is not None),
                          min_size=1, max_size=4), data=st.data())
     @fuzz_example
     def run(pool: list[Arg], data: st.DataObject) -> None:
@@ -210,7 +210,8 @@ def test_duplicate_detection_keeps_first_of_each_id(dedup_slot: QueueSlot, long_
             seen: set[tuple[str, str | None]] = slot.extra.setdefault("seen", set())
             kept = []
             for case in sent:
-                key = (case.value("message_id"), case.value("session_id") or case.value("partition_key"))
+                session_id = case.value("session_id")
+                key = (case.value("message_id"), session_id if session_id is not None else case.value("partition_key"))
                 if key not in seen:
                     seen.add(key)
                     kept.append(Sent(case))
