@@ -21,20 +21,21 @@ import os
 import threading
 import time
 from collections import Counter
+from dataclasses import asdict
 from typing import Any, Callable
 
 import ray
 
 from actors.gateway_caller import GatewayCaller
 from actors.metrics import PartitionMetrics
-from actors.replica import Replica
+from actors.replica import Replica, ReplicationTimes
 from ray_broker.callers import CallerWatch, Token
 from ray_broker.clock import OffsetClock
 from ray_broker.config import NODE_DATA_DIR_ENV, NamespaceConfig
 from ray_broker.engine.group_commit import Group, GroupCommitter
 from ray_broker.engine.operations import operation
 from ray_broker.engine.partition import PartitionEngine
-from ray_broker.engine.store import Store
+from ray_broker.engine.store import CommitTimes, Store
 from ray_broker.errors import InvalidOperationError, NotLeaderError
 from ray_broker.protocol import PEEK_LOCK
 from ray_broker.routing.forwarding import Forwarder
@@ -176,8 +177,12 @@ class PartitionActor:
         self._calls: Counter[str] = Counter()
         """Calls taken, by method (and by operation for `run`): see `call_counts`."""
         self._calls_lock = threading.Lock()
+        self._held_waiting = threading.Event()
+        """Set when this replica took changes that it holds in memory only (`Replica.intake`)."""
         if self.replica is None:
             self._serve()
+        else:
+            threading.Thread(target=self._write_held_loop, name="write-held", daemon=True).start()
         threading.Thread(target=self._housekeeping_loop, name="housekeeping", daemon=True).start()
 
     def _serve(self) -> None:
@@ -228,6 +233,15 @@ class PartitionActor:
                                      "retried every %g s", self.index, self.config.name, failures + 1,
                                      HOUSEKEEPING_INTERVAL_S)
                 failures += 1
+
+    def _write_held_loop(self) -> None:
+        """Write the changes a follower took to its store soon after it answered for them."""
+        replica = self._replicated()
+        while True:
+            self._held_waiting.wait()
+            self._held_waiting.clear()
+            with self._lock:
+                replica.write_held()
 
     def _execute(self, request: PartitionRequest) -> Any:
         """Run one request on the engine (in a group, under the lock), counted by the metrics."""
@@ -422,19 +436,37 @@ class PartitionActor:
             self._serving()[1].took_the_lead()
             self._notify()
 
+    @ray.method(concurrency_group="health")
+    def replication_times(self, reset: bool = False) -> dict[str, Any]:
+        """Where this replica's replication time went (`ReplicationTimes`, with its store's commit
+        count and seconds) since it was started or last reset; with `reset`, start counting anew."""
+        replica = self._replicated()
+        times = {**asdict(replica.times), "commits": self.store.commits.count,
+                 "commit_s": self.store.commits.seconds}
+        if reset:
+            replica.times = ReplicationTimes()
+            self.store.commits = CommitTimes()
+        return times
+
     @ray.method(concurrency_group="replication")
     def store_digest(self) -> tuple[int, str]:
         """This replica's position and a digest of its whole store (`Store.digest`): replicas at the
         same position hold the same rows exactly when their digests are equal."""
         with self._lock:
+            self._replicated().write_held()
             return self.store.replication_position.position, self.store.digest()
 
     @ray.method(concurrency_group="replication")
-    def apply_changes(self, epoch: int, changes: list[list[Any]]) -> int:
-        """Apply the leader's changes (see `Replica.apply_changes`); the position held after them."""
+    def take_piece(self, epoch: int, key: int, index: int, count: int, piece: bytes) -> int | None:
+        """Take a piece of the leader's shipment (see `Replica.take_piece`); once it is whole, the
+        position held after its changes (in memory, written to the store by the write-held thread
+        right after), None before."""
         replica = self._replicated()
         with self._lock:
-            return replica.apply_changes(epoch, changes)
+            position = replica.take_piece(epoch, key, index, count, piece)
+        if position is not None:
+            self._held_waiting.set()
+        return position
 
     @ray.method(concurrency_group="replication")
     def install_copy(self, epoch: int, data: bytes) -> int:

@@ -20,16 +20,20 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 import ray
 
+from ray_broker.codec import packb, unpackb
 from ray_broker.config import RAY_NAMESPACE, NamespaceConfig
 from ray_broker.engine.change_log import ChangeLog
 from ray_broker.engine.changes import Change
 from ray_broker.engine.queries import EpochStart
-from ray_broker.engine.replication import apply, begin_epoch, divergence
-from ray_broker.engine.shipping import Shipment, Shipping
+from ray_broker.engine.intake import Intake
+from ray_broker.engine.pieces import Assembly, split
+from ray_broker.engine.replication import begin_epoch, divergence
+from ray_broker.engine.shipping import LAZY_S, Shipment, Shipping
 from ray_broker.engine.store import Store
 from ray_broker.errors import (
     NotLeaderError,
@@ -47,6 +51,36 @@ with `NotLeaderError` (it may have lost its followers, or its own place)."""
 SHIPMENT_TIMEOUT_S = 10.0
 """How long a shipment may go unanswered before its follower counts as out of reach (a whole copy
 of a large store takes seconds, so this is longer than `SHIP_TIMEOUT_S`)."""
+
+
+@dataclass
+class ReplicationTimes:
+    """Where a replica's replication time went since it was last read. As leader: the rounds that
+    waited for copies, the seconds they spent encoding and sending shipments, and the seconds from
+    their start until the change was held. As follower: the shipments and changes taken, the
+    seconds taking them took (on the leader's path), and the seconds writing them to the store
+    took afterwards (off it; the store's own commits, `Store.commits`, are part of those)."""
+
+    rounds: int = 0
+    ship_s: float = 0.0
+    held_s: float = 0.0
+    shipments: int = 0
+    changes: int = 0
+    take_s: float = 0.0
+    write_s: float = 0.0
+
+
+@dataclass
+class Flight:
+    """A shipment under way: its calls' result refs, how many are still pending, when it was sent."""
+
+    shipment: Shipment
+    refs: list[Any]
+    sent: float
+    pending: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.pending = len(self.refs)
 
 
 def replica_state(store: Store, followed: int, leading: int | None) -> dict[str, Any]:
@@ -74,15 +108,35 @@ class Replica:
         self.leading: int | None = None
         """The epoch this replica leads, or None while it follows."""
         self._shipping: Shipping | None = None
-        self._in_flight: dict[Any, tuple[Shipment, float]] = {}
-        """Shipments under way, by their result's ref, with when each was sent."""
+        self._in_flight: dict[Any, Flight] = {}
+        """Shipments under way, by the ref of each of their calls' results."""
+        self._shipments = 0
+        """Shipments sent so far: each one's key for the follower putting its pieces together."""
+        self._assembly = Assembly()
         self._handles: dict[int, Any] = {}
+        self.times = ReplicationTimes()
+        self.intake = Intake(store)
+        """The leader's changes this replica holds in memory, answered, until `write_held`."""
 
     # ------------------------------------------------------------------ as a follower
 
     def state(self) -> dict[str, Any]:
-        """See `replica_state`."""
+        """See `replica_state` (what this replica holds in memory written first)."""
+        self.write_held()
         return replica_state(self.store, self.followed, self.leading)
+
+    def write_held(self) -> None:
+        """Write the changes held in memory to the store (`Intake.flush`); one that fails there is
+        logged, dropped and told to the leader at its next shipment."""
+        began = time.perf_counter()
+        try:
+            written = self.intake.flush()
+        except ReplicationError as exc:
+            logger.warning("replica %d of partition %d: the changes it held failed on its store (%s); its leader "
+                           "will send a whole copy", self.replica, self.index, exc)
+            return
+        if written:
+            self.times.write_s += time.perf_counter() - began
 
     def fence(self, epoch: int) -> bool:
         """Refuse changes of epochs older than `epoch` from now on; True when this replica led an
@@ -98,21 +152,36 @@ class Replica:
         return False
 
     def apply_changes(self, epoch: int, changes: list[list[Any]]) -> int:
-        """Apply a leader's changes (encoded) in order; the position of the last one held."""
+        """Take a leader's changes (encoded) in order (`Intake.take`: held in memory until
+        `write_held`); the position of the last one held."""
         self._check_sender(epoch)
-        for fields in changes:
-            apply(self.store, Change.decode(fields))
-        return self.store.replication_position.position
+        began = time.perf_counter()
+        position = self.intake.take([Change.decode(fields) for fields in changes]).position
+        self.times.shipments += 1
+        self.times.changes += len(changes)
+        self.times.take_s += time.perf_counter() - began
+        return position
+
+    def take_piece(self, epoch: int, key: int, index: int, count: int, piece: bytes) -> int | None:
+        """Take piece `index` of `count` of a leader's shipment `key` (`engine.pieces`); once the
+        shipment is whole, its changes (`apply_changes`) and the position held after them (None
+        before)."""
+        self._check_sender(epoch)
+        data = self._assembly.add(key, index, count, piece)
+        if data is None:
+            return None
+        return self.apply_changes(epoch, unpackb(data))
 
     def install_copy(self, epoch: int, data: bytes) -> int:
         """Replace the store with a leader's whole copy; the position it holds."""
         self._check_sender(epoch)
+        self.intake.drop()
         self.store.restore(data)
         return self.store.replication_position.position
 
     def _check_sender(self, epoch: int) -> None:
-        epoch_now, position = self.store.replication_position
         if epoch < self.followed or self.leading is not None:
+            epoch_now, position = self.intake.position()
             raise StaleEpochError(f"replica {self.replica} of partition {self.index} follows epoch {self.followed}"
                                   f"{' and leads' if self.leading is not None else ''}; a sender of epoch {epoch} "
                                   "no longer leads", epoch=max(self.followed, epoch_now), position=position,
@@ -126,6 +195,7 @@ class Replica:
         find where each follower's changes agree with this store's by the `states` the control
         plane read as it fenced them (those it could not reach, or that diverge, get a whole copy
         when they answer)."""
+        self.write_held()
         begin_epoch(self.store, epoch)
         self.followed = epoch
         self.leading = epoch
@@ -157,24 +227,35 @@ class Replica:
         for change in self.store.take_changes():
             shipping.log.append(change)
         position = shipping.log.last
+        began = time.perf_counter()
+        waited = not shipping.held(position)
         deadline = time.monotonic() + SHIP_TIMEOUT_S
-        pause = 0.0
+        pause = sending_s = 0.0
         while True:
             ready, _ = ray.wait(list(self._in_flight), num_returns=1, timeout=pause) if self._in_flight else ([], [])
             for ref in ready:
-                self._answer(ref, self._in_flight.pop(ref)[0])
+                flight = self._in_flight.pop(ref)
+                flight.pending -= 1
+                if not flight.pending:
+                    self._answer(flight)
             if self.leading is None:
                 raise self.not_leader("a follower follows a newer epoch")
             now = time.monotonic()
             self._give_up_on_silent(now)
+            sending = time.perf_counter()
             for shipment in shipping.due(position, now):
                 self._send(shipment)
+            sending_s += time.perf_counter() - sending
             if not wait or shipping.held(position):
+                if wait and waited:
+                    self.times.rounds += 1
+                    self.times.ship_s += sending_s
+                    self.times.held_s += time.perf_counter() - began
                 return
             if now >= deadline:
                 raise self.not_leader(f"only {shipping.copies(position)} of the {self.config.required_copies} "
                                       f"copies a change needs hold change {position} after {SHIP_TIMEOUT_S:g} s")
-            pause = min(deadline - now, 0.05 if not self._in_flight else deadline - now)
+            pause = min(deadline - now, LAZY_S)
             if not self._in_flight:
                 time.sleep(pause)
 
@@ -185,13 +266,18 @@ class Replica:
         return self._shipping.lag(self._shipping.log.last)
 
     def _send(self, shipment: Shipment) -> None:
+        """Send a shipment: its changes in pieces that travel inside their calls (`engine.pieces`),
+        or a whole copy."""
         epoch = self.leading
         try:
             handle = self._handle(shipment.replica)
             if shipment.changes is None:
-                ref = handle.install_copy.remote(epoch, self.store.snapshot())
+                refs = [handle.install_copy.remote(epoch, self.store.snapshot())]
             else:
-                ref = handle.apply_changes.remote(epoch, [c.encode() for c in shipment.changes])
+                self._shipments += 1
+                pieces = split(packb([c.encode() for c in shipment.changes]))
+                refs = [handle.take_piece.remote(epoch, self._shipments, i, len(pieces), piece)
+                        for i, piece in enumerate(pieces)]
         except Exception as exc:  # noqa: BLE001 - a follower without an actor now is shipped to again later
             logger.info("replica %d of partition %d: follower %d not reached (%s)", self.replica, self.index,
                         shipment.replica, type(exc).__name__)
@@ -199,27 +285,35 @@ class Replica:
             assert self._shipping is not None
             self._shipping.failed(shipment.replica, time.monotonic())
             return
-        self._in_flight[ref] = (shipment, time.monotonic())
+        flight = Flight(shipment, refs, time.monotonic())
+        for ref in refs:
+            self._in_flight[ref] = flight
 
     def _give_up_on_silent(self, now: float) -> None:
         """Count a shipment unanswered for `SHIPMENT_TIMEOUT_S` as failed (its follower's process
         may be gone with its node, or be restarting elsewhere): the follower is found by name and
         shipped to again after `RETRY_AFTER_S`, rather than waited on forever."""
         assert self._shipping is not None
-        for ref, (shipment, sent) in list(self._in_flight.items()):
-            if now - sent >= SHIPMENT_TIMEOUT_S:
-                del self._in_flight[ref]
+        for flight in {id(f): f for f in self._in_flight.values()}.values():
+            if now - flight.sent >= SHIPMENT_TIMEOUT_S:
+                for ref in flight.refs:
+                    self._in_flight.pop(ref, None)
                 logger.info("replica %d of partition %d: follower %d did not answer a shipment in %g s",
-                            self.replica, self.index, shipment.replica, SHIPMENT_TIMEOUT_S)
-                self._handles.pop(shipment.replica, None)
-                self._shipping.failed(shipment.replica, now)
+                            self.replica, self.index, flight.shipment.replica, SHIPMENT_TIMEOUT_S)
+                self._handles.pop(flight.shipment.replica, None)
+                self._shipping.failed(flight.shipment.replica, now)
 
-    def _answer(self, ref: Any, shipment: Shipment) -> None:
+    def _answer(self, flight: Flight) -> None:
+        """Take a follower's answer to a shipment, all of whose calls are done: the position it
+        holds, or the refusal of the first call that failed."""
         shipping = self._shipping
         assert shipping is not None
-        r = shipment.replica
+        r = flight.shipment.replica
         try:
-            shipping.answered(r, int(ray.get(ref)), time.monotonic())
+            positions = [p for p in ray.get(flight.refs) if p is not None]
+            if not positions:
+                raise ReplicationError(f"follower {r} put no shipment together from its pieces", epoch=0, position=0)
+            shipping.answered(r, int(positions[-1]), time.monotonic())
         except Exception as exc:  # noqa: BLE001 - each kind of refusal says what the follower needs
             error = unwrap_remote_error(exc)
             if isinstance(error, StaleEpochError):

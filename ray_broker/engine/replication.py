@@ -29,47 +29,74 @@ from .store import Store
 
 
 def apply(store: Store, change: Change) -> bool:
-    """Run a leader's change on a follower's store, with the new position and epoch, in one
-    transaction; True when applied, False for a change the store holds already (a repeat of a
-    position it took in the same epoch).
+    """Run one change of a leader's on a follower's store (see `apply_all`); True when applied,
+    False for a change the store holds already."""
+    return apply_all(store, [change]) == 1
 
-    Raises `StaleEpochError` for a change from an epoch older than the store's,
-    `OutOfOrderChangeError` for one that does not follow the store's last change (a gap, or a
-    position the store holds from another epoch), and `ReplicationError` when a statement fails
-    (the store's rows differ from the leader's: rebuild it with a full copy); nothing is applied
-    then. Each error carries the store's epoch and position.
+
+def apply_all(store: Store, changes: Sequence[Change]) -> int:
+    """Run a leader's consecutive changes on a follower's store, with their positions and epochs,
+    in one transaction (one commit however many they are); how many were applied: changes the
+    store holds already (repeats of positions it took in the same epoch) are skipped.
+
+    Raises `StaleEpochError` for a change from an epoch older than the store's (or than the change
+    before it), `OutOfOrderChangeError` for one that does not follow the store's last change (a
+    gap, or a position the store holds from another epoch), and `ReplicationError` when a statement
+    fails (the store's rows differ from the leader's: rebuild it with a full copy); nothing of the
+    changes is applied then. Each error carries the store's epoch and position.
     """
     if store.in_transaction:
         raise InvalidOperationError("apply a change outside a unit of work: it is one of its own")
     epoch, position = store.replication_position
-    if change.epoch < epoch:
-        raise StaleEpochError(f"change {change.position} is of epoch {change.epoch}, older than this store's epoch "
-                              f"{epoch}: its sender no longer leads and must stop shipping changes",
-                              epoch=epoch, position=position)
-    if change.position != position + 1:
-        if 0 < change.position <= position and epoch_at(store.epoch_history(), change.position) == change.epoch:
-            return False
+    fresh = _fresh(store, changes, epoch, position)
+    if not fresh:
+        return 0
+    db = store.connection
+    queries = Queries(db)
+    with store.transaction():
+        current = epoch
+        for change in fresh:
+            try:
+                for sql, parameters, many in change.statements:
+                    if many:
+                        db.executemany(sql, parameters)
+                    else:
+                        db.execute(sql, parameters)
+            except sqlite3.Error as exc:
+                raise ReplicationError(f"change {change.position} of epoch {change.epoch} failed on this store "
+                                       f"({exc}): its rows differ from the leader's; rebuild it from a full copy "
+                                       "(Store.restore)", epoch=epoch, position=position) from exc
+            if change.epoch > current:
+                queries.add_epoch(change.epoch, change.position)
+                current = change.epoch
+        queries.set_position(current, fresh[-1].position)
+    return len(fresh)
+
+
+def _fresh(store: Store, changes: Sequence[Change], epoch: int, position: int) -> list[Change]:
+    """The changes a store at (`epoch`, `position`) has yet to apply, checked to follow it in order
+    (see `apply_all` for what is raised)."""
+    fresh: list[Change] = []
+    history = None
+    for change in changes:
+        last_epoch = fresh[-1].epoch if fresh else epoch
+        if change.epoch < last_epoch:
+            raise StaleEpochError(f"change {change.position} is of epoch {change.epoch}, older than this store's "
+                                  f"epoch {last_epoch}: its sender no longer leads and must stop shipping changes",
+                                  epoch=epoch, position=position)
+        expected = (fresh[-1].position if fresh else position) + 1
+        if change.position == expected:
+            fresh.append(change)
+            continue
+        if not fresh and 0 < change.position <= position:
+            history = store.epoch_history() if history is None else history
+            if epoch_at(history, change.position) == change.epoch:
+                continue
         raise OutOfOrderChangeError(f"change {change.position} of epoch {change.epoch} does not follow this store's "
                                     f"last change, {position} of epoch {epoch}: send the changes after {position}, "
                                     "or a full copy if the store's changes diverge from the leader's",
                                     epoch=epoch, position=position)
-    db = store.connection
-    queries = Queries(db)
-    with store.transaction():
-        try:
-            for sql, parameters, many in change.statements:
-                if many:
-                    db.executemany(sql, parameters)
-                else:
-                    db.execute(sql, parameters)
-        except sqlite3.Error as exc:
-            raise ReplicationError(f"change {change.position} of epoch {change.epoch} failed on this store ({exc}): "
-                                   "its rows differ from the leader's; rebuild it from a full copy (Store.restore)",
-                                   epoch=epoch, position=position) from exc
-        if change.epoch > epoch:
-            queries.add_epoch(change.epoch, change.position)
-        queries.set_position(change.epoch, change.position)
-    return True
+    return fresh
 
 
 def begin_epoch(store: Store, epoch: int) -> None:

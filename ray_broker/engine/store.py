@@ -20,6 +20,8 @@ import contextlib
 import hashlib
 import os
 import sqlite3
+import time
+from dataclasses import dataclass
 from typing import Iterator, Protocol, cast
 
 from ..errors import InvalidArgumentError, InvalidOperationError, StaleEpochError
@@ -232,6 +234,19 @@ class Participant(Protocol):
         ...
 
 
+@dataclass
+class CommitTimes:
+    """A running count of a store's commits and the seconds they took."""
+
+    count: int = 0
+    seconds: float = 0.0
+
+    def add(self, seconds: float) -> None:
+        """Count one commit that took `seconds`."""
+        self.count += 1
+        self.seconds += seconds
+
+
 class Store:
     """One partition's SQLite database.
 
@@ -269,6 +284,8 @@ class Store:
         self._participants: list[Participant] = []
         self._recorder: Recorder | None = None
         self._changes: list[Change] = []
+        self.commits = CommitTimes()
+        """How many outermost commits ran, and the seconds they took (replication's latency split)."""
         if self.path is not None:
             os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
             self.lock = StoreLock(self.path, owner or f"process {os.getpid()}", takeover_wait_s, partition, node)
@@ -344,7 +361,9 @@ class Store:
             else:
                 if self._recorder is not None:
                     change = self._seal(self._recorder)
+                began = time.perf_counter()
                 db.execute("COMMIT")
+                self.commits.add(time.perf_counter() - began)
         except BaseException:
             self._depth = depth
             self._undo(depth, marks)

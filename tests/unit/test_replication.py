@@ -520,6 +520,38 @@ def test_a_follower_takes_only_the_next_change() -> None:
         OutOfOrderChangeError, 0, 0, gap.value.message)
 
 
+def test_a_shipment_of_several_changes_is_applied_in_one_commit() -> None:
+    leader, changes = leader_with_changes(5)
+    follower = Store(None, "memory")
+    assert replication.apply_all(follower, changes[:2]) == 2
+    commits = follower.commits.count
+    assert replication.apply_all(follower, changes[1:]) == 3, "the repeat it holds is skipped"
+    assert follower.commits.count == commits + 1
+    assert follower.replication_position == (1, 5) and contents(follower) == contents(leader)
+    assert replication.apply_all(follower, changes) == 0 and follower.commits.count == commits + 1
+
+
+def test_a_gap_inside_a_shipment_applies_none_of_it() -> None:
+    _, changes = leader_with_changes(4)
+    follower = Store(None, "memory")
+    with pytest.raises(OutOfOrderChangeError, match="send the changes after 0"):
+        replication.apply_all(follower, [changes[0], changes[1], changes[3]])
+    assert follower.replication_position == (0, 0)
+    with pytest.raises(OutOfOrderChangeError):
+        replication.apply_all(follower, [changes[0], changes[0]])
+
+
+def test_a_shipment_across_epochs_records_where_each_began() -> None:
+    _, first = leader_with_changes(2, epoch=1)
+    follower = Store(None, "memory")
+    later = [Change(3, 3, []), Change(3, 4, [])]
+    assert replication.apply_all(follower, [*first, *later]) == 4
+    assert follower.replication_position == (3, 4)
+    assert follower.epoch_history() == [EpochStart(1, 1), EpochStart(3, 3)]
+    with pytest.raises(StaleEpochError, match="older than this store's epoch 3"):
+        replication.apply_all(Store(None, "memory"), [Change(3, 1, []), Change(2, 2, [])])
+
+
 def test_a_change_of_an_older_epoch_is_refused() -> None:
     _, old = leader_with_changes(1, epoch=1)
     _, new = leader_with_changes(2, epoch=2)
