@@ -457,15 +457,13 @@ class PartitionActor:
             return self.store.replication_position.position, self.store.digest()
 
     @ray.method(concurrency_group="replication")
-    def take_piece(self, epoch: int, key: int, index: int, count: int, piece: bytes) -> int | None:
-        """Take a piece of the leader's shipment (see `Replica.take_piece`); once it is whole, the
-        position held after its changes (in memory, written to the store by the write-held thread
-        right after), None before."""
+    def take_shipment(self, epoch: int, *pieces: bytes) -> int:
+        """Take the leader's shipment, in pieces (see `Replica.take_shipment`); the position held
+        after its changes (in memory, written to the store by the write-held thread right after)."""
         replica = self._replicated()
         with self._lock:
-            position = replica.take_piece(epoch, key, index, count, piece)
-        if position is not None:
-            self._held_waiting.set()
+            position = replica.take_shipment(epoch, pieces)
+        self._held_waiting.set()
         return position
 
     @ray.method(concurrency_group="replication")

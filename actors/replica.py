@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import ray
@@ -31,7 +31,7 @@ from ray_broker.engine.change_log import ChangeLog
 from ray_broker.engine.changes import Change
 from ray_broker.engine.queries import EpochStart
 from ray_broker.engine.intake import Intake
-from ray_broker.engine.pieces import Assembly, split
+from ray_broker.engine.pieces import split
 from ray_broker.engine.replication import begin_epoch, divergence
 from ray_broker.engine.shipping import LAZY_S, Shipment, Shipping
 from ray_broker.engine.store import Store
@@ -70,17 +70,12 @@ class ReplicationTimes:
     write_s: float = 0.0
 
 
-@dataclass
+@dataclass(frozen=True)
 class Flight:
-    """A shipment under way: its calls' result refs, how many are still pending, when it was sent."""
+    """A shipment under way and when it was sent."""
 
     shipment: Shipment
-    refs: list[Any]
     sent: float
-    pending: int = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.pending = len(self.refs)
 
 
 def replica_state(store: Store, followed: int, leading: int | None) -> dict[str, Any]:
@@ -109,10 +104,7 @@ class Replica:
         """The epoch this replica leads, or None while it follows."""
         self._shipping: Shipping | None = None
         self._in_flight: dict[Any, Flight] = {}
-        """Shipments under way, by the ref of each of their calls' results."""
-        self._shipments = 0
-        """Shipments sent so far: each one's key for the follower putting its pieces together."""
-        self._assembly = Assembly()
+        """Shipments under way, by their result's ref."""
         self._handles: dict[int, Any] = {}
         self.times = ReplicationTimes()
         self.intake = Intake(store)
@@ -162,15 +154,10 @@ class Replica:
         self.times.take_s += time.perf_counter() - began
         return position
 
-    def take_piece(self, epoch: int, key: int, index: int, count: int, piece: bytes) -> int | None:
-        """Take piece `index` of `count` of a leader's shipment `key` (`engine.pieces`); once the
-        shipment is whole, its changes (`apply_changes`) and the position held after them (None
-        before)."""
-        self._check_sender(epoch)
-        data = self._assembly.add(key, index, count, piece)
-        if data is None:
-            return None
-        return self.apply_changes(epoch, unpackb(data))
+    def take_shipment(self, epoch: int, pieces: tuple[bytes, ...]) -> int:
+        """Take a leader's shipment, its encoded changes cut in pieces (`engine.pieces`): its
+        changes (`apply_changes`); the position held after them."""
+        return self.apply_changes(epoch, unpackb(b"".join(pieces)))
 
     def install_copy(self, epoch: int, data: bytes) -> int:
         """Replace the store with a leader's whole copy; the position it holds."""
@@ -232,12 +219,8 @@ class Replica:
         deadline = time.monotonic() + SHIP_TIMEOUT_S
         pause = sending_s = 0.0
         while True:
-            ready, _ = ray.wait(list(self._in_flight), num_returns=1, timeout=pause) if self._in_flight else ([], [])
-            for ref in ready:
-                flight = self._in_flight.pop(ref)
-                flight.pending -= 1
-                if not flight.pending:
-                    self._answer(flight)
+            for ref in self._ready(pause):
+                self._answer(ref, self._in_flight.pop(ref))
             if self.leading is None:
                 raise self.not_leader("a follower follows a newer epoch")
             now = time.monotonic()
@@ -259,6 +242,17 @@ class Replica:
             if not self._in_flight:
                 time.sleep(pause)
 
+    def _ready(self, pause: float) -> list[Any]:
+        """The refs of the calls under way that are done: all that are now, else the first to be
+        within `pause` seconds (a shipment in pieces is several calls)."""
+        refs = list(self._in_flight)
+        if not refs:
+            return []
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+        if ready or pause <= 0:
+            return ready
+        return ray.wait(refs, num_returns=1, timeout=pause)[0]
+
     def lag(self) -> dict[int, int | None]:
         """How many changes each follower is behind (None: waiting for a copy); empty unless leading."""
         if self._shipping is None:
@@ -266,18 +260,15 @@ class Replica:
         return self._shipping.lag(self._shipping.log.last)
 
     def _send(self, shipment: Shipment) -> None:
-        """Send a shipment: its changes in pieces that travel inside their calls (`engine.pieces`),
-        or a whole copy."""
+        """Send a shipment: its changes in one call, as arguments small enough to travel inside it
+        (`engine.pieces`), or a whole copy."""
         epoch = self.leading
         try:
             handle = self._handle(shipment.replica)
             if shipment.changes is None:
-                refs = [handle.install_copy.remote(epoch, self.store.snapshot())]
+                ref = handle.install_copy.remote(epoch, self.store.snapshot())
             else:
-                self._shipments += 1
-                pieces = split(packb([c.encode() for c in shipment.changes]))
-                refs = [handle.take_piece.remote(epoch, self._shipments, i, len(pieces), piece)
-                        for i, piece in enumerate(pieces)]
+                ref = handle.take_shipment.remote(epoch, *split(packb([c.encode() for c in shipment.changes])))
         except Exception as exc:  # noqa: BLE001 - a follower without an actor now is shipped to again later
             logger.info("replica %d of partition %d: follower %d not reached (%s)", self.replica, self.index,
                         shipment.replica, type(exc).__name__)
@@ -285,35 +276,27 @@ class Replica:
             assert self._shipping is not None
             self._shipping.failed(shipment.replica, time.monotonic())
             return
-        flight = Flight(shipment, refs, time.monotonic())
-        for ref in refs:
-            self._in_flight[ref] = flight
+        self._in_flight[ref] = Flight(shipment, time.monotonic())
 
     def _give_up_on_silent(self, now: float) -> None:
         """Count a shipment unanswered for `SHIPMENT_TIMEOUT_S` as failed (its follower's process
         may be gone with its node, or be restarting elsewhere): the follower is found by name and
         shipped to again after `RETRY_AFTER_S`, rather than waited on forever."""
         assert self._shipping is not None
-        for flight in {id(f): f for f in self._in_flight.values()}.values():
+        for ref, flight in list(self._in_flight.items()):
             if now - flight.sent >= SHIPMENT_TIMEOUT_S:
-                for ref in flight.refs:
-                    self._in_flight.pop(ref, None)
+                del self._in_flight[ref]
                 logger.info("replica %d of partition %d: follower %d did not answer a shipment in %g s",
                             self.replica, self.index, flight.shipment.replica, SHIPMENT_TIMEOUT_S)
                 self._handles.pop(flight.shipment.replica, None)
                 self._shipping.failed(flight.shipment.replica, now)
 
-    def _answer(self, flight: Flight) -> None:
-        """Take a follower's answer to a shipment, all of whose calls are done: the position it
-        holds, or the refusal of the first call that failed."""
+    def _answer(self, ref: Any, flight: Flight) -> None:
         shipping = self._shipping
         assert shipping is not None
         r = flight.shipment.replica
         try:
-            positions = [p for p in ray.get(flight.refs) if p is not None]
-            if not positions:
-                raise ReplicationError(f"follower {r} put no shipment together from its pieces", epoch=0, position=0)
-            shipping.answered(r, int(positions[-1]), time.monotonic())
+            shipping.answered(r, int(ray.get(ref)), time.monotonic())
         except Exception as exc:  # noqa: BLE001 - each kind of refusal says what the follower needs
             error = unwrap_remote_error(exc)
             if isinstance(error, StaleEpochError):
