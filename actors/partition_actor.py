@@ -162,11 +162,11 @@ class PartitionActor:
         path = namespace.store_path(index, os.environ.get(NODE_DATA_DIR_ENV), replica)
         self.store = Store(path, namespace.durability, owner=owner, takeover_wait_s=STORE_TAKEOVER_WAIT_S,
                            partition=index, replicated=namespace.replicated, node=self.node())
-        self.replica = Replica(namespace, index, replica, self.store) if namespace.replicated else None
+        self._lock = threading.RLock()
+        self.replica = Replica(namespace, index, replica, self.store, self._lock) if namespace.replicated else None
         self.engine: PartitionEngine | None = None
         self.metrics: PartitionMetrics | None = None
         self._committer: GroupCommitter | None = None
-        self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
         """Notified whenever messages may have become available."""
         self._waiting: dict[str, int] = {}
@@ -183,6 +183,7 @@ class PartitionActor:
             self._serve()
         else:
             threading.Thread(target=self._write_held_loop, name="write-held", daemon=True).start()
+            threading.Thread(target=self.replica.pump, name="replication-pump", daemon=True).start()
         threading.Thread(target=self._housekeeping_loop, name="housekeeping", daemon=True).start()
 
     def _serve(self) -> None:
@@ -203,12 +204,13 @@ class PartitionActor:
 
     def _durable(self, wait: bool = True) -> None:
         """Make what was just committed durable beyond this store: on a replicated partition, held
-        by enough replicas (`Replica.ship`, under the lock; without `wait`, only shipped); nothing
-        to do with one replica. A replica that finds it no longer leads stops serving."""
+        by enough replicas (`Replica.ship`, called under the lock, which it lets go while it waits,
+        waking waiting receives first; without `wait`, only shipped); nothing to do with one
+        replica. A replica that finds it no longer leads stops serving."""
         if self.replica is None:
             return
         try:
-            self.replica.ship(wait)
+            self.replica.ship(wait, before_wait=self._notify)
         except NotLeaderError:
             if self.replica.leading is None:
                 self._stop_serving()

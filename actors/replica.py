@@ -19,9 +19,10 @@ unlocked there with its delivery count kept.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import ray
 
@@ -93,7 +94,7 @@ class Replica:
     shipping under its engine lock.
     """
 
-    def __init__(self, config: NamespaceConfig, index: int, replica: int, store: Store) -> None:
+    def __init__(self, config: NamespaceConfig, index: int, replica: int, store: Store, lock: threading.RLock) -> None:
         self.config = config
         self.index = index
         self.replica = replica
@@ -107,6 +108,11 @@ class Replica:
         """Shipments under way, by their result's ref."""
         self._handles: dict[int, Any] = {}
         self.times = ReplicationTimes()
+        self._lock = lock
+        self._answers = threading.Condition(lock)
+        """Notified when followers' answers were taken (and when this replica stops leading)."""
+        self._shipped = threading.Event()
+        """Set when a shipment is sent, to wake an idle pump."""
         self.intake = Intake(store)
         """The leader's changes this replica holds in memory, answered, until `write_held`."""
 
@@ -140,6 +146,7 @@ class Replica:
             self.leading = None
             self._shipping = None
             self._in_flight.clear()
+            self._answers.notify_all()
             return True
         return False
 
@@ -199,14 +206,17 @@ class Replica:
             theirs = [EpochStart(*e) for e in state["history"]]
             self._shipping.start(r, divergence(history, position, theirs, state["position"]))
 
-    def ship(self, wait: bool = True) -> None:
-        """Make this replica's committed changes held by enough replicas before anyone is answered;
-        on the way, take the followers' answers that came in and ship to every follower behind
-        (so that one left behind catches up at the next commit, or housekeeping round). Without
-        `wait` (no caller waits on the changes: housekeeping) it ships what is due and returns.
+    def ship(self, wait: bool = True, before_wait: Callable[[], None] = lambda: None) -> None:
+        """Make this replica's committed changes held by enough replicas before anyone is answered:
+        ship what is due now, then (with `wait`) wait for the followers' answers, which the pump
+        takes (`pump`), with the lock let go meanwhile, so that other calls run on the partition
+        and ship their own changes as this round goes on (`before_wait` is called first, under
+        the lock: it wakes receives waiting for messages). Every answer waits for the last change
+        when it began, so nothing is answered on changes that are not held. Without `wait` (no
+        caller waits on the changes: housekeeping) it ships what is due and returns.
 
         Raises `NotLeaderError` when it does not lead (any more), or (waiting) cannot get them held
-        within `SHIP_TIMEOUT_S`."""
+        within `SHIP_TIMEOUT_S`. The caller holds the lock."""
         shipping = self._shipping
         if shipping is None or self.leading is None:
             self.store.take_changes()
@@ -215,43 +225,59 @@ class Replica:
             shipping.log.append(change)
         position = shipping.log.last
         began = time.perf_counter()
-        waited = not shipping.held(position)
-        deadline = time.monotonic() + SHIP_TIMEOUT_S
-        pause = sending_s = 0.0
+        now = time.monotonic()
+        self._give_up_on_silent(now)
+        for shipment in shipping.due(position, now):
+            self._send(shipment)
+        sending_s = time.perf_counter() - began
+        if not wait or shipping.held(position):
+            return
+        before_wait()
+        deadline = now + SHIP_TIMEOUT_S
         while True:
-            for ref in self._ready(pause):
-                self._answer(ref, self._in_flight.pop(ref))
-            if self.leading is None:
+            if self.leading is None or self._shipping is not shipping:
                 raise self.not_leader("a follower follows a newer epoch")
-            now = time.monotonic()
-            self._give_up_on_silent(now)
-            sending = time.perf_counter()
-            for shipment in shipping.due(position, now):
-                self._send(shipment)
-            sending_s += time.perf_counter() - sending
-            if not wait or shipping.held(position):
-                if wait and waited:
-                    self.times.rounds += 1
-                    self.times.ship_s += sending_s
-                    self.times.held_s += time.perf_counter() - began
+            if shipping.held(position):
+                self.times.rounds += 1
+                self.times.ship_s += sending_s
+                self.times.held_s += time.perf_counter() - began
                 return
+            now = time.monotonic()
             if now >= deadline:
                 raise self.not_leader(f"only {shipping.copies(position)} of the {self.config.required_copies} "
                                       f"copies a change needs hold change {position} after {SHIP_TIMEOUT_S:g} s")
-            pause = min(deadline - now, LAZY_S)
-            if not self._in_flight:
-                time.sleep(pause)
+            self._answers.wait(timeout=min(deadline - now, LAZY_S))
 
-    def _ready(self, pause: float) -> list[Any]:
-        """The refs of the calls under way that are done: all that are now, else the first to be
-        within `pause` seconds (a shipment in pieces is several calls)."""
+    def pump(self) -> None:
+        """Take the followers' answers as they come in, ship what is then due (a follower behind,
+        one to retry) and wake the calls waiting in `ship`; runs on a thread of its own for the
+        replica's life."""
+        while True:
+            with self._lock:
+                refs = list(self._in_flight)
+            if refs:
+                ray.wait(refs, num_returns=1, timeout=LAZY_S)
+            else:
+                self._shipped.wait(LAZY_S)
+                self._shipped.clear()
+            with self._lock:
+                shipping = self._shipping
+                if shipping is None or self.leading is None:
+                    self._answers.notify_all()
+                    continue
+                for ref in self._ready():
+                    self._answer(ref, self._in_flight.pop(ref))
+                if self._shipping is shipping and self.leading is not None:
+                    now = time.monotonic()
+                    self._give_up_on_silent(now)
+                    for shipment in shipping.due(shipping.log.last, now):
+                        self._send(shipment)
+                self._answers.notify_all()
+
+    def _ready(self) -> list[Any]:
+        """The refs of the shipments under way that are done now."""
         refs = list(self._in_flight)
-        if not refs:
-            return []
-        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
-        if ready or pause <= 0:
-            return ready
-        return ray.wait(refs, num_returns=1, timeout=pause)[0]
+        return ray.wait(refs, num_returns=len(refs), timeout=0)[0] if refs else []
 
     def lag(self) -> dict[int, int | None]:
         """How many changes each follower is behind (None: waiting for a copy); empty unless leading."""
@@ -277,6 +303,7 @@ class Replica:
             self._shipping.failed(shipment.replica, time.monotonic())
             return
         self._in_flight[ref] = Flight(shipment, time.monotonic())
+        self._shipped.set()
 
     def _give_up_on_silent(self, now: float) -> None:
         """Count a shipment unanswered for `SHIPMENT_TIMEOUT_S` as failed (its follower's process

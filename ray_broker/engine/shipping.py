@@ -19,9 +19,10 @@ RETRY_AFTER_S = 0.5
 """How long a follower that did not answer is left before it is shipped to again."""
 LAZY_S = 0.02
 """A follower that a change does not need (enough others hold it, or are being shipped it) is
-shipped to at most this often: it takes its changes in fewer, larger shipments, and the leader
-makes fewer calls per commit. One of those others that fails to answer leaves it shipped to
-within this long, as the leader waits."""
+shipped to once it has been behind this long: it takes its changes in fewer, larger shipments,
+the leader makes fewer calls per commit, and it is free for the next change while the others
+take this one. One of those others that fails to answer leaves it shipped to within this long,
+as the leader waits."""
 HEARTBEAT_S = 1.0
 """A follower not heard from for this long is sent an empty shipment: it answers with where it
 stands (a follower restarted empty says so, and is then sent a copy), and learns that its leader
@@ -42,8 +43,8 @@ class FollowerProgress:
     """When it last answered."""
     shipped_to: int = -1
     """The position its last shipment brings it to."""
-    shipped_at: float = float("-inf")
-    """When it was last shipped to."""
+    behind_since: float | None = None
+    """Since when it has been behind, not shipped to, while others covered the changes."""
 
 
 @dataclass(frozen=True)
@@ -88,8 +89,8 @@ class Shipping:
         from for `HEARTBEAT_S`), not busy and not being left after a failure, its missing changes
         (none for a heartbeat), or a copy when the log no longer has them. A follower behind is
         shipped to at once while fewer followers than a change needs hold `position` or are being
-        shipped it; beyond those, at most every `LAZY_S`. Each one returned is marked busy until
-        `answered` or `failed`."""
+        shipped it; beyond those, once it has been behind for `LAZY_S`. Each one returned is
+        marked busy until `answered` or `failed`."""
         covering = sum(1 for f in self.followers.values()
                        if (f.position is not None and f.position >= position) or (f.busy and f.shipped_to >= position))
         out = []
@@ -98,11 +99,13 @@ class Shipping:
             quiet = now - follower.heard_at >= HEARTBEAT_S
             if follower.busy or now < follower.retry_at or not (behind or quiet):
                 continue
-            if behind and not quiet and covering >= self.required - 1 and now - follower.shipped_at < LAZY_S:
-                continue
+            if behind and not quiet and covering >= self.required - 1:
+                follower.behind_since = now if follower.behind_since is None else follower.behind_since
+                if now - follower.behind_since < LAZY_S:
+                    continue
             changes = None if follower.position is None else self.log.since(follower.position)
             follower.busy = True
-            follower.shipped_to, follower.shipped_at = position, now
+            follower.shipped_to, follower.behind_since = position, None
             covering += behind
             out.append(Shipment(replica, changes))
         return out
@@ -112,7 +115,7 @@ class Shipping:
         holds more than this leader, which cannot be in one epoch, is sent a copy)."""
         before = self.followers[replica]
         self.followers[replica] = FollowerProgress(position if position <= self.log.last else None, heard_at=now,
-                                                   shipped_to=before.shipped_to, shipped_at=before.shipped_at)
+                                                   shipped_to=before.shipped_to)
 
     def failed(self, replica: int, now: float, position: int | None = -1) -> None:
         """A shipment to `replica` failed: it did not answer (left for `RETRY_AFTER_S`, what it holds

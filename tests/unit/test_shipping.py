@@ -68,30 +68,40 @@ def test_a_follower_not_heard_from_gets_a_heartbeat_and_one_that_restarted_empty
     assert shipping.followers[1].position is None, "more than the leader holds: it gets a copy"
 
 
-def test_a_follower_a_change_does_not_need_is_shipped_to_at_most_every_lazy_interval() -> None:
+def test_a_follower_a_change_does_not_need_is_shipped_to_once_it_has_been_behind_a_while() -> None:
     shipping = shipping_with(7)
     shipping.start(1, 4)
     shipping.start(2, 4)
-    assert [s.replica for s in shipping.due(5, now=0.0)] == [1, 2], "never shipped to: both at once"
-    shipping.answered(1, 5, now=0.001)
-    shipping.answered(2, 5, now=0.001)
-    assert [s.replica for s in shipping.due(6, now=0.005)] == [1], "one follower is what the change needs"
-    shipping.answered(1, 6, now=0.006)
+    shipping.answered(1, 4, now=0.0)
+    shipping.answered(2, 4, now=0.0)
+    assert [s.replica for s in shipping.due(5, now=0.001)] == [1], "one follower is what the change needs"
+    shipping.answered(1, 5, now=0.002)
+    assert shipping.held(5)
+    assert [s.replica for s in shipping.due(6, now=0.010)] == [1]
+    shipping.answered(1, 6, now=0.011)
+    assert shipping.due(6, now=0.012) == []
+    lazy = shipping.due(7, now=0.001 + LAZY_S)
+    assert [(s.replica, [c.position for c in s.changes or []]) for s in lazy] == [(1, [7]), (2, [5, 6, 7])], \
+        "behind since its first change went elsewhere: all it lacks at once"
+
+
+def test_the_free_follower_takes_the_next_change_while_the_other_takes_this_one() -> None:
+    shipping = shipping_with(6)
+    shipping.answered(1, 4, now=0.0)
+    shipping.answered(2, 4, now=0.0)
+    assert [s.replica for s in shipping.due(5, now=0.001)] == [1]
+    due = shipping.due(6, now=0.002)
+    assert [(s.replica, [c.position for c in s.changes or []]) for s in due] == [(2, [5, 6])]
+    shipping.answered(2, 6, now=0.003)
     assert shipping.held(6)
-    assert shipping.due(7, now=0.010)[0].replica == 1 and not shipping.due(7, now=0.011)
-    lazy = shipping.due(7, now=LAZY_S)
-    assert [(s.replica, [c.position for c in s.changes or []]) for s in lazy] == [(2, [6, 7])], "its changes at once"
 
 
 def test_a_silent_follower_leaves_the_other_shipped_to_within_the_lazy_interval() -> None:
     shipping = shipping_with(6)
-    shipping.start(1, 5)
-    shipping.start(2, 5)
-    shipping.due(5, now=0.0)  # heartbeats to both, never heard from
     shipping.answered(1, 5, now=0.0)
     shipping.answered(2, 5, now=0.0)
     assert [s.replica for s in shipping.due(6, now=0.001)] == [1]
     assert shipping.due(6, now=0.002) == [], "replica 1 is being shipped the change"
-    assert [s.replica for s in shipping.due(6, now=0.001 + LAZY_S)] == [2], "replica 1 did not answer"
+    assert [s.replica for s in shipping.due(6, now=0.002 + LAZY_S)] == [2], "replica 1 did not answer"
     shipping.answered(2, 6, now=0.03)
     assert shipping.held(6)
