@@ -242,8 +242,12 @@ class PartitionActor:
         while True:
             self._held_waiting.wait()
             self._held_waiting.clear()
-            with self._lock:
-                replica.write_held()
+            try:
+                with self._lock:
+                    replica.write_held()
+            except Exception:  # noqa: BLE001 - the next shipment, or anything reading the state, writes again
+                logger.exception("replica %d of partition %d of namespace %r: writing the changes it held failed; "
+                                 "retried at the next shipment", replica.replica, self.index, self.config.name)
 
     def _execute(self, request: PartitionRequest) -> Any:
         """Run one request on the engine (in a group, under the lock), counted by the metrics."""

@@ -49,6 +49,8 @@ logger = logging.getLogger("ray_broker.replica")
 SHIP_TIMEOUT_S = 5.0
 """How long a leader waits for enough followers to hold a commit before it answers its callers
 with `NotLeaderError` (it may have lost its followers, or its own place)."""
+PUMP_LOG_EVERY = 200
+"""A replication pump failing pass after pass logs the first failure and then every this many."""
 SHIPMENT_TIMEOUT_S = 10.0
 """How long a shipment may go unanswered before its follower counts as out of reach (a whole copy
 of a large store takes seconds, so this is longer than `SHIP_TIMEOUT_S`)."""
@@ -90,8 +92,9 @@ def replica_state(store: Store, followed: int, leading: int | None) -> dict[str,
 class Replica:
     """Replica `replica` of partition `index`: its replication state, as follower and as leader.
 
-    The partition actor serializes the calls: follower calls on its replication thread, leader
-    shipping under its engine lock.
+    The partition actor serializes the calls under its lock (`lock`): follower calls on its
+    replication thread, leader shipping from the calls that commit; a leader waiting for copies
+    lets the lock go, and its pump thread (`pump`) takes the followers' answers.
     """
 
     def __init__(self, config: NamespaceConfig, index: int, replica: int, store: Store, lock: threading.RLock) -> None:
@@ -211,7 +214,8 @@ class Replica:
         ship what is due now, then (with `wait`) wait for the followers' answers, which the pump
         takes (`pump`), with the lock let go meanwhile, so that other calls run on the partition
         and ship their own changes as this round goes on (`before_wait` is called first, under
-        the lock: it wakes receives waiting for messages). Every answer waits for the last change
+        the lock, when this call shipped changes of its own: it wakes receives waiting for
+        messages). Every answer waits for the last change
         when it began, so nothing is answered on changes that are not held. Without `wait` (no
         caller waits on the changes: housekeeping) it ships what is due and returns.
 
@@ -221,7 +225,8 @@ class Replica:
         if shipping is None or self.leading is None:
             self.store.take_changes()
             raise self.not_leader("it does not lead")
-        for change in self.store.take_changes():
+        changes = self.store.take_changes()
+        for change in changes:
             shipping.log.append(change)
         position = shipping.log.last
         began = time.perf_counter()
@@ -232,7 +237,8 @@ class Replica:
         sending_s = time.perf_counter() - began
         if not wait or shipping.held(position):
             return
-        before_wait()
+        if changes:
+            before_wait()
         deadline = now + SHIP_TIMEOUT_S
         while True:
             if self.leading is None or self._shipping is not shipping:
@@ -251,20 +257,32 @@ class Replica:
     def pump(self) -> None:
         """Take the followers' answers as they come in, ship what is then due (a follower behind,
         one to retry) and wake the calls waiting in `ship`; runs on a thread of its own for the
-        replica's life."""
+        replica's life (an error in a pass is logged and the next pass goes on)."""
+        failures = 0
         while True:
-            with self._lock:
-                refs = list(self._in_flight)
-            if refs:
-                ray.wait(refs, num_returns=1, timeout=LAZY_S)
-            else:
-                self._shipped.wait(LAZY_S)
-                self._shipped.clear()
-            with self._lock:
+            try:
+                self._pump_once()
+                failures = 0
+            except Exception:  # noqa: BLE001 - the pump must keep running, or every waiting call times out
+                if failures % PUMP_LOG_EVERY == 0:
+                    logger.exception("replica %d of partition %d: a pass of the replication pump failed (%d in a "
+                                     "row)", self.replica, self.index, failures + 1)
+                failures += 1
+                time.sleep(LAZY_S)
+
+    def _pump_once(self) -> None:
+        with self._lock:
+            refs = list(self._in_flight)
+        if refs:
+            ray.wait(refs, num_returns=1, timeout=LAZY_S)
+        else:
+            self._shipped.wait(LAZY_S)
+            self._shipped.clear()
+        with self._lock:
+            try:
                 shipping = self._shipping
                 if shipping is None or self.leading is None:
-                    self._answers.notify_all()
-                    continue
+                    return
                 for ref in self._ready():
                     self._answer(ref, self._in_flight.pop(ref))
                 if self._shipping is shipping and self.leading is not None:
@@ -272,6 +290,7 @@ class Replica:
                     self._give_up_on_silent(now)
                     for shipment in shipping.due(shipping.log.last, now):
                         self._send(shipment)
+            finally:
                 self._answers.notify_all()
 
     def _ready(self) -> list[Any]:
