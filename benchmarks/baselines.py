@@ -280,6 +280,18 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def stop_processes(processes: list[subprocess.Popen[bytes]], grace_s: float = 10.0) -> None:
+    """Ask every process to end (SIGTERM), then wait for each, killing one still there after `grace_s`."""
+    for proc in processes:
+        proc.terminate()
+    for proc in processes:
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 @contextlib.contextmanager
 def redis_server(enabled: bool = True) -> Iterator[tuple[Any, str | None]]:
     """A redis-server on 127.0.0.1 and a client to it: yields `(client, None)`, or `(None, why)`
@@ -316,12 +328,7 @@ def redis_server(enabled: bool = True) -> Iterator[tuple[Any, str | None]]:
         yield client, None
     finally:
         client.close()
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_processes([proc])
         shutil.rmtree(workdir, ignore_errors=True)
 
 

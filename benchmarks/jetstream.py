@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import time
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
@@ -35,7 +36,6 @@ from .common import (
     broker_namespace,
     emit,
     format_table,
-    interleaved_latency,
     machine_info,
     make_body,
     parser,
@@ -46,11 +46,9 @@ from .common import (
     targets_table,
 )
 from .p1_throughput import broker_cycle
-from .p3_latency import broker_channel
 from .process_cpu import CpuSnapshot, descendants_named
-from .replication import labelled_cluster
+from .replication import QUEUE, labelled_cluster, queue_latencies
 
-QUEUE = "replicated"
 TARGET_VS_JETSTREAM = 1.0
 TARGET_VS_R1 = 0.7
 TARGET_P3 = 1.5
@@ -176,14 +174,7 @@ def run(config: JetStreamConfig) -> dict[str, Any]:
             for name, (cycle, roles) in systems.items():
                 rounds.setdefault(name, []).append(measured(cycle, roles()))
         split = round_split(ray.get([h.replication_times.remote() for h in handles], timeout=60))
-        with contextlib.ExitStack() as links:
-            channels = {}
-            for name, ns in brokers.items():
-                sender = links.enter_context(ns.get_queue_sender(QUEUE))
-                receiver = links.enter_context(ns.get_queue_receiver(QUEUE))
-                channels[name] = broker_channel(sender, receiver, body)
-            latencies = interleaved_latency(channels, samples=config.samples, warmup=5, gap=config.gap,
-                                            max_wait=config.max_wait)
+        latencies = queue_latencies(brokers, body, samples=config.samples, gap=config.gap, max_wait=config.max_wait)
     return document(config, rounds, split, {n: summarize_ms(v) for n, v in latencies.items()}, nats_note)
 
 
@@ -244,7 +235,8 @@ def main(argv: list[str] | None = None) -> int:
     config = JetStreamConfig(batches=args.batches, warmup=args.warmup, rounds=args.rounds,
                              batch_size=args.batch_size, body_size=args.body_size, samples=args.samples)
     began = time.monotonic()
-    doc = run(config)
+    with contextlib.redirect_stdout(sys.stderr):  # what Ray's processes print stays out of the JSON document
+        doc = run(config)
     doc["seconds"] = round(time.monotonic() - began, 1)
     emit(doc, table(doc), args.json)
     return 0

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from .baselines import free_port
+from .baselines import free_port, stop_processes
 
 SERVERS = 3
 STARTUP_S = 30.0
@@ -67,14 +67,7 @@ def nats_cluster() -> Iterator[NatsCluster]:
             _wait_for_port(port, proc)
         yield NatsCluster([f"nats://127.0.0.1:{p}" for p in client_ports], processes)
     finally:
-        for proc in processes.values():
-            proc.terminate()
-        for proc in processes.values():
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_processes(list(processes.values()))
         shutil.rmtree(root, ignore_errors=True)
 
 

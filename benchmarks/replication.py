@@ -125,6 +125,19 @@ def replica_lag(ns: rb.Namespace, partition: int) -> dict[int, int | None]:
     return {int(r): lag for r, lag in state["lag"].items()}
 
 
+def queue_latencies(namespaces: dict[str, rb.Namespace], body: bytes, *, samples: int, gap: float,
+                    max_wait: float) -> dict[str, list[float]]:
+    """P3 on each namespace's `QUEUE`, interleaved (`interleaved_latency`): send-to-receive seconds
+    of single messages, by name."""
+    with contextlib.ExitStack() as stack:
+        channels = {}
+        for name, ns in namespaces.items():
+            sender = stack.enter_context(ns.get_queue_sender(QUEUE))
+            receiver = stack.enter_context(ns.get_queue_receiver(QUEUE))
+            channels[name] = broker_channel(sender, receiver, body)
+        return interleaved_latency(channels, samples=samples, warmup=5, gap=gap, max_wait=max_wait)
+
+
 def failovers(cluster: LabelledCluster, config: ReplicationConfig) -> dict[str, Any]:
     """Remove the worker leading some partition, time the first successful keyed send to that
     partition, add the worker back, wait until its replicas are in sync; `config.failovers` times."""
@@ -183,14 +196,8 @@ def run(config: ReplicationConfig, cluster: LabelledCluster) -> dict[str, Any]:
                 rounds.setdefault(name, []).append(broker_cycle(
                     ns, QUEUE, body, batch_size=config.batch_size, batches=config.batches, warmup=config.warmup,
                     max_wait=config.max_wait))
-        with contextlib.ExitStack() as stack:
-            channels = {}
-            for name, ns in namespaces.items():
-                sender = stack.enter_context(ns.get_queue_sender(QUEUE))
-                receiver = stack.enter_context(ns.get_queue_receiver(QUEUE))
-                channels[name] = broker_channel(sender, receiver, body)
-            latencies = interleaved_latency(channels, samples=config.samples, warmup=5, gap=config.gap,
-                                            max_wait=config.max_wait)
+        latencies = queue_latencies(namespaces, body, samples=config.samples, gap=config.gap,
+                                    max_wait=config.max_wait)
     p1 = {name: sorted(r["msgs_per_s"] for r in runs)[len(runs) // 2] for name, runs in rounds.items()}
     p3 = {name: summarize_ms(values) for name, values in latencies.items()}
     failover = failovers(cluster, config) if config.failovers else None
@@ -264,8 +271,8 @@ def main(argv: list[str] | None = None) -> int:
     config = ReplicationConfig(batches=args.batches, warmup=args.warmup, rounds=args.rounds,
                                batch_size=args.batch_size, samples=args.samples, failovers=args.failovers,
                                behind=args.behind, body_size=args.body_size)
-    with labelled_cluster() as cluster:
-        doc = run(config, cluster)
+    with labelled_cluster() as cluster, contextlib.redirect_stdout(sys.stderr):
+        doc = run(config, cluster)  # what Ray's processes print stays out of the JSON document
     emit(doc, table(doc), args.json)
     return 0
 
