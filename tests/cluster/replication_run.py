@@ -120,17 +120,33 @@ def digests_agree(name: str, partition: int, give_up_s: float = 20.0) -> bool:
         time.sleep(0.3)
 
 
-def wait_for_repair(name: str, partition: int, give_up_s: float = 90.0) -> float | None:
-    """Seconds until every replica of `partition` answers and is in sync again (None: never)."""
+def wait_for_repair(name: str, partition: int, give_up_s: float = 90.0,
+                    unrepaired: dict[str, Any] | None = None) -> float | None:
+    """Seconds until every replica of `partition` answers and holds every change: none behind its
+    leader, or (under load, where a follower the changes do not wait for is shipped to a little
+    later) each at or past where the same leader stood at the look before. None: not within
+    `give_up_s`; the replicas' last states are then kept in `unrepaired`, by partition."""
     began = time.monotonic()
-    while time.monotonic() - began < give_up_s:
+    before: tuple[int, int, int] | None = None
+    """The leader's replica number, epoch and position at the look before."""
+    while True:
         states = ask_replicas(name, partition, "replica_state")
-        leaders = [s for s in states if isinstance(s, dict) and s["leading"] is not None]
-        if all(isinstance(s, dict) for s in states) and leaders and \
-                all(lag == 0 for lag in leaders[0]["lag"].values()):
-            return round(time.monotonic() - began, 2)
+        leaders = [(r, s) for r, s in enumerate(states) if isinstance(s, dict) and s["leading"] is not None]
+        if all(isinstance(s, dict) for s in states) and len(leaders) == 1:
+            r, leader = leaders[0]
+            lags = list(leader["lag"].values())
+            if all(lag == 0 for lag in lags) or (
+                    None not in lags and before is not None and before[:2] == (r, leader["leading"])
+                    and all(s["position"] >= before[2] for s in states)):
+                return round(time.monotonic() - began, 2)
+            before = (r, leader["leading"], leader["position"])
+        else:
+            before = None
+        if time.monotonic() - began >= give_up_s:
+            if unrepaired is not None:
+                unrepaired[str(partition)] = states
+            return None
         time.sleep(0.3)
-    return None
 
 
 def keyed_sends_after(ns: rb.Namespace, partitions: list[int]) -> dict[int, float | None]:
@@ -295,7 +311,8 @@ def scenario(root: Path) -> dict[str, Any]:
         out["load_stopped_s"] = round(time.monotonic() - lost_at, 2)
         out["elected_after_s"] = elections.result()
         repairing = time.monotonic()
-        repaired = [wait_for_repair("rep", k) for k in range(PARTITIONS)]
+        out["unrepaired"] = {}
+        repaired = [wait_for_repair("rep", k, unrepaired=out["unrepaired"]) for k in range(PARTITIONS)]
         out["repaired_s"] = None if None in repaired else round(time.monotonic() - repairing, 2)
         out["available_again_s"] = availability.result()
         out["load_drained_s"] = load.drain(give_up_s=90)
