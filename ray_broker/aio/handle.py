@@ -285,21 +285,11 @@ class Namespace(NamespaceBase[Sender, Receiver, Transaction], Closing):
                             sub_queue: Any = None, session_id: str | None = None, filter: Any = None,
                             partition: int | None = None) -> list[ReceivedMessage]:
         """Browse messages of a queue or subscription without locking them (from a sequence number,
-        of one partition, selected by a filter), as `rb.Namespace.peek_messages` does."""
-        selects = operating.selector(filter)
-        start, end = operating.peek_range(sequence_number, partition, self.partition_count)
-        count = operating.check_peek_count(max_message_count)
-        name = (await self._run(operating.holder(entity)))["name"]
-        found: list[ReceivedMessage] = []
-        async with self.get_queue_receiver(name, sub_queue=sub_queue, session_id=session_id) as receiver:
-            while len(found) < count and (end is None or start < end):
-                page = await receiver.peek_messages(count - len(found) if selects is None else operating.PEEK_PAGE,
-                                                    sequence_number=start, end_sequence_number=end)
-                if not page:
-                    break
-                found += [m for m in page if selects is None or selects(m)][:count - len(found)]
-                start = page[-1].sequence_number + 1
-        return found
+        of one partition, of one session without taking its lock, selected by a filter), as
+        `rb.Namespace.peek_messages` does."""
+        return await self._run(operating.peek(entity, max_message_count, sequence_number=sequence_number,
+                                      sub_queue=sub_queue, session_id=session_id, filter=filter,
+                                      partition=partition, partition_count=self.partition_count))
 
     # ------------------------------------------------------------------ sessions
 

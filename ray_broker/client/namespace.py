@@ -392,24 +392,14 @@ class Namespace(NamespaceBase[Sender, Receiver, Transaction]):
         """Browse up to `max_message_count` messages of a queue or subscription
         (`TOPIC/Subscriptions/SUB`), or of its dead-letter queue with `sub_queue`, without locking
         them: from `sequence_number`, those of partition `partition` only when given (else every
-        partition's, merged in sequence-number order), of session `session_id` when given, and
+        partition's, merged in sequence-number order), of session `session_id` when given (its
+        lock is not taken: a receiver may hold the session meanwhile), and
         of those the ones `filter` selects (SQL over their properties as a subscription rule reads
         them, a `SqlFilter` or a `CorrelationFilter`; a filtered peek reads on until it has found
         enough or reached the end)."""
-        selects = operating.selector(filter)
-        start, end = operating.peek_range(sequence_number, partition, self.partition_count)
-        count = operating.check_peek_count(max_message_count)
-        name = self._run(operating.holder(entity))["name"]
-        found: list[ReceivedMessage] = []
-        with self.get_queue_receiver(name, sub_queue=sub_queue, session_id=session_id) as receiver:
-            while len(found) < count and (end is None or start < end):
-                page = receiver.peek_messages(count - len(found) if selects is None else operating.PEEK_PAGE,
-                                              sequence_number=start, end_sequence_number=end)
-                if not page:
-                    break
-                found += [m for m in page if selects is None or selects(m)][:count - len(found)]
-                start = page[-1].sequence_number + 1
-        return found
+        return self._run(operating.peek(entity, max_message_count, sequence_number=sequence_number,
+                                sub_queue=sub_queue, session_id=session_id, filter=filter,
+                                partition=partition, partition_count=self.partition_count))
 
     # ------------------------------------------------------------------ sessions
 

@@ -24,6 +24,10 @@ RESUBMIT_WAIT_S = 2.0
 """How long a resubmit waits for more dead letters before it is done."""
 PEEK_PAGE = 250
 """How many messages a filtered peek browses at a time."""
+MAX_PEEK_PAGE = 10_000
+"""The most messages one peek call browses (a larger peek takes several)."""
+PEEK_TIMEOUT_S = 30.0
+MAX_SESSION_ID = 128
 
 Selector = Callable[[ReceivedMessage], bool]
 """Whether a message is one an operator action takes."""
@@ -215,6 +219,39 @@ def peek_range(sequence_number: int, partition: int | None, partition_count: int
         raise InvalidArgumentError(f"partition must be an int from 0 to {partition_count - 1} (the namespace has "
                                    f"{partition_count} partitions), got {partition!r}")
     return max(sequence_number, make_sequence_number(partition, 0)), make_sequence_number(partition + 1, 0)
+
+
+def peek(entity: str, max_message_count: Any, *, sequence_number: Any, sub_queue: Any, session_id: Any,
+         filter: Any, partition: Any, partition_count: int) -> Flow[list[ReceivedMessage]]:
+    """Browse up to `max_message_count` messages of a queue or subscription (or its dead-letter
+    queue) without locking them, as `Namespace.peek_messages` describes, page by page; a session's
+    messages are browsed without taking the session's lock, so a receiver may hold it meanwhile.
+    Every argument is checked before anything is read."""
+    selects = selector(filter)
+    start, end = peek_range(sequence_number, partition, partition_count)
+    count = check_peek_count(max_message_count)
+    subq = sub_queue_number(sub_queue)
+    if session_id is not None:
+        if subq != SUB_QUEUE_NUMBERS[None]:
+            raise InvalidOperationError("dead-letter sub-queues have no sessions; peek them without session_id",
+                                        entity=entity)
+        if not isinstance(session_id, str) or len(session_id) > MAX_SESSION_ID:  # "" is a session too
+            raise InvalidArgumentError(f"session_id must be a str of at most {MAX_SESSION_ID} characters (the "
+                                       f"session to peek), got {session_id!r:.160}")
+    name = (yield from holder(entity))["name"]
+    found: list[ReceivedMessage] = []
+    while len(found) < count and (end is None or start < end):
+        want = min(count - len(found) if selects is None else PEEK_PAGE, MAX_PEEK_PAGE)
+        if session_id is None:
+            records = yield request("peek", name, subq, None, start, want, end, timeout=PEEK_TIMEOUT_S)
+        else:
+            records = yield request("peek_session", name, subq, session_id, start, want, end, timeout=PEEK_TIMEOUT_S)
+        if not records:
+            break
+        page = [ReceivedMessage(r, peeked=True) for r in records]
+        found += [m for m in page if selects is None or selects(m)][:count - len(found)]
+        start = page[-1].sequence_number + 1
+    return found
 
 
 def check_peek_count(max_message_count: Any) -> int:

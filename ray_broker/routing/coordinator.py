@@ -390,6 +390,19 @@ class ReceiveCoordinator:
                                       session_id, to_sequence), deadline=deadline, entity=entity) for k in hosts))
         return planner.merge_peeks(pages, max_count)
 
+    async def peek_session(self, entity: str, subq: int, session_id: str, from_sequence: int, max_count: int,
+                           to_sequence: int | None = None) -> list[dict[str, Any]]:
+        """Browse one session's messages as `peek` does, without holding the session's lock (a
+        receiver may hold it meanwhile); `InvalidOperationError` for an entity without sessions."""
+        definition = await self._definitions.get(entity)
+        if not definition["options"]["requires_session"]:
+            raise InvalidOperationError(
+                f"entity {definition['name']!r} does not require sessions, so it has no session {session_id!r}; "
+                "peek it without session_id", entity=entity)
+        k = planner.session_partition(definition, session_id, self._reach.count)
+        return await self._reach.keyed(k, Peek(entity, subq, from_sequence, max_count, session_id, to_sequence),
+                                       deadline=self._reach.clock() + 30.0, entity=entity)
+
     async def accept_session(self, entity: str, session_id: str | None, max_wait: float) -> dict[str, Any]:
         """Lock a named session, or the next available one (waiting up to `max_wait`)."""
         deadline = self._reach.clock() + max_wait

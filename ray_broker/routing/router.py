@@ -35,8 +35,8 @@ from .receiving import Hints
 from .sending import Sends
 
 DATA_OPERATIONS = ("send", "send_batches", "cancel_scheduled", "commit_transaction", "receive", "settle",
-                   "close_receiver", "receive_deferred", "peek", "accept_session", "session_call", "definition",
-                   "purge")
+                   "close_receiver", "receive_deferred", "peek", "peek_session", "accept_session", "session_call",
+                   "definition", "purge")
 """The operations clients run on a router (a definition too: a direct client keeps its own cache
 of them); everything else a gateway serves is management."""
 
@@ -72,6 +72,7 @@ class Router:
             "close_receiver": self.receives.close_receiver,
             "receive_deferred": self.receives.receive_deferred,
             "peek": self.receives.peek,
+            "peek_session": self.receives.peek_session,
             "accept_session": self.receives.accept_session,
             "session_call": self.receives.session_call,
             "definition": self.definitions.get,

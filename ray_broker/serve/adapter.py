@@ -138,8 +138,12 @@ class BrokerTaskProcessorAdapter(TaskProcessorAdapter):
         return await self._ready().run_async(self._cancel(task_id))
 
     async def _cancel(self, task_id: str) -> TaskResult:
-        current, revoked = await self._store.update(task_id, lambda current: revoke(current, self._store.now()))
-        return task_result(task_id, revoked or current)
+        current = await self._store.read(task_id)
+        revoked = revoke(current, self._store.now())
+        if revoked is None:   # running or finished: too late
+            return task_result(task_id, current)
+        now, _ = await self._store.claim(task_id, revoked)
+        return task_result(task_id, now)
 
     # ------------------------------------------------------------------ consumer side
 

@@ -18,7 +18,7 @@ from ..errors import MessageSizeExceededError, ServiceBusError
 from ..message import Message, ReceivedMessage
 from .codec import TaskCall, TaskEncodingError
 from .context import TaskContext, enter
-from .decisions import Fail, Retry, Unprocessable, after_failure, claim, on_delivery, result_not_encodable
+from .decisions import Fail, Retry, Unprocessable, after_failure, on_delivery, result_not_encodable
 from .results import ResultStore
 from .status import TaskRecord, TaskStatus
 
@@ -141,9 +141,8 @@ class Consumer:
             await self._fail(message, decision)
             return
         attempt = message.delivery_count
-        _, started = await self._store.update(
-            task_id, lambda current: claim(current, attempt, self._store.now()))
-        if started is None:   # revoked, or finished by an earlier delivery
+        _, runs = await self._store.claim(task_id, TaskRecord(TaskStatus.STARTED, self._store.now(), attempt))
+        if not runs:   # revoked, or finished by an earlier delivery
             self.counts.skipped += 1
             await self._settle("complete", message)
             return

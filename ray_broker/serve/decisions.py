@@ -75,14 +75,6 @@ def on_delivery(body: bytes, handlers: Container[str], delivery_count: int,
     return call
 
 
-def claim(current: TaskRecord | None, attempt: int, now: float) -> TaskRecord | None:
-    """The STARTED record to write before running attempt `attempt`, or None when the task must
-    not run: it was revoked, or it already finished (a duplicate delivery)."""
-    if current is not None and current.status.terminal:
-        return None
-    return TaskRecord(TaskStatus.STARTED, now, attempt)
-
-
 def revoke(current: TaskRecord | None, now: float) -> TaskRecord | None:
     """The REVOKED record a cancel writes, or None when it is too late: the task is running or
     finished. A task not yet started (or waiting for its next attempt) is revoked and never runs."""

@@ -8,10 +8,6 @@ from ..errors import MessagingEntityAlreadyExistsError, MessagingEntityNotFoundE
 from .config import BrokerAdapterConfig, seconds
 from .decisions import attempts_allowed
 
-RESULTS_LOCK = timedelta(seconds=5)
-"""The results queue's session lock: how long a reader that died blocks that one task's record."""
-
-
 async def ensure_queue(ns: Any, name: str, **options: Any) -> Any:
     """The queue's properties, creating it with `options` when it does not exist."""
     try:
@@ -45,6 +41,6 @@ async def ensure_queues(ns: Any, queue_name: str, config: BrokerAdapterConfig, *
     if failed and (tasks.forward_dead_lettered_messages_to or "").lower() != failed.lower():
         await ns.update_queue(queue_name, forward_dead_lettered_messages_to=failed)
     await ensure_queue(ns, config.results_queue(queue_name), enable_partitioning=config.enable_partitioning,
-                       requires_session=True, lock_duration=RESULTS_LOCK,
+                       requires_session=True,
                        default_message_time_to_live=timedelta(seconds=seconds(config.result_retention,
                                                                               "result_retention")))

@@ -1,25 +1,27 @@
 """The result store: every task's statuses and result, kept by the broker itself.
 
 Records go to a session-enabled queue (`BrokerAdapterConfig.results_queue`), one session per task
-id, each record a message that lives for the retention time. Reading a status locks the task's
-session, peeks its records and folds them (`status.fold`); a change that depends on the current
-status (starting a task, revoking it) happens under that same lock, so a cancel and a start of
-one task are never interleaved. Any process attached to the namespace reads the same records.
+id (so a task's records live on one partition, in the order they were stored), each record a
+message that lives for the retention time. Reading a status browses the task's records in one
+call, without taking its session's lock, and folds them (`status.fold`). A record that depends on
+the status (STARTED before a run, REVOKED by a cancel) is written first and read back after: it
+counts only if the records stored before it allow it (`status.counts`), so a start and a cancel
+that race are decided by the order the partition stored them in, and every reader in every
+process folds them to the same answer.
 """
 from __future__ import annotations
 
-import asyncio
 import time
+import uuid
 from datetime import timedelta
 from typing import Any, Callable
 
-from ..errors import OperationTimeoutError, SessionCannotBeLockedError
 from ..message import Message
 from .codec import CONTENT_TYPE
-from .status import TaskRecord, fold
+from .status import TaskRecord, claimed, fold
 
-PEEK_PAGE = 256
-Decide = Callable[[TaskRecord | None], TaskRecord | None]
+MAX_RECORDS = 10_000
+"""The most records a read browses (a task has a few: one per status it went through)."""
 
 
 class ResultStore:
@@ -29,74 +31,50 @@ class ResultStore:
         ns: a `ray_broker.aio.Namespace`.
         queue: the results queue (session-enabled).
         retention_s: how long each record is kept.
-        lock_wait_s: how long to wait for a task's session while another reader holds it.
+        clock: epoch seconds, for records' `at`.
     """
 
-    def __init__(self, ns: Any, queue: str, retention_s: float, *, lock_wait_s: float = 15.0,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, ns: Any, queue: str, retention_s: float, *, clock: Callable[[], float] = time.time) -> None:
         self._ns, self._queue, self._clock = ns, queue, clock
         self._ttl = timedelta(seconds=retention_s)
-        self._lock_wait_s = lock_wait_s
         self._sender = ns.get_queue_sender(queue)
 
     def now(self) -> float:
         """The store's clock, for records' `at`."""
         return self._clock()
 
-    async def write(self, task_id: str, record: TaskRecord) -> None:
-        """Append a record; raises `TaskEncodingError` or `MessageSizeExceededError` for a result
-        that cannot be stored (nothing is written then)."""
-        await self._sender.send_messages(Message(record.encode(), session_id=task_id, time_to_live=self._ttl,
+    async def write(self, task_id: str, record: TaskRecord, record_id: str | None = None) -> None:
+        """Append a record (its message id `record_id`, else a new one); raises `TaskEncodingError`
+        or `MessageSizeExceededError` for a result that cannot be stored (nothing is written then)."""
+        await self._sender.send_messages(Message(record.encode(), message_id=record_id or uuid.uuid4().hex,
+                                                 session_id=task_id, time_to_live=self._ttl,
                                                  content_type=CONTENT_TYPE, subject=record.status.value))
 
     async def read(self, task_id: str) -> TaskRecord | None:
         """The task's current record, None when the store has none."""
-        current, _ = await self.update(task_id, lambda current: None)
-        return current
+        return fold(record for _, record in await self._records(task_id))
 
-    async def update(self, task_id: str, decide: Decide) -> tuple[TaskRecord | None, TaskRecord | None]:
-        """Under the task's session lock: read the current record, write `decide(current)` unless
-        it is None; returns both."""
-        receiver = await self._lock(task_id)
-        try:
-            current = fold(await self._records(receiver))
-            new = decide(current)
-            if new is not None:
-                await self.write(task_id, new)
-            return current, new
-        finally:
-            await receiver.close()
+    async def claim(self, task_id: str, record: TaskRecord) -> tuple[TaskRecord | None, bool]:
+        """Write `record` (a STARTED or a REVOKED), then read the task's records back: the task's
+        status now, and whether `record` counts (`status.claimed`). A record the read does not
+        find (its retention passed at once) does not count."""
+        record_id = uuid.uuid4().hex
+        await self.write(task_id, record, record_id)
+        records = await self._records(task_id)
+        mine = next((i for i, (message_id, _) in enumerate(records) if message_id == record_id), None)
+        ordered = [r for _, r in records]
+        return fold(ordered), mine is not None and claimed(ordered, mine)
 
-    async def _lock(self, task_id: str) -> Any:
-        deadline = time.monotonic() + self._lock_wait_s
-        pause = 0.005
-        while True:
-            receiver = self._ns.get_queue_receiver(self._queue, session_id=task_id, max_wait_time=1)
+    async def _records(self, task_id: str) -> list[tuple[str | None, TaskRecord]]:
+        """The task's records in the order they were stored, each with its message id."""
+        messages = await self._ns.peek_messages(self._queue, MAX_RECORDS, session_id=task_id)
+        records: list[tuple[str | None, TaskRecord]] = []
+        for message in messages:
             try:
-                return await receiver.__aenter__()
-            except SessionCannotBeLockedError:
-                await receiver.close()
-                if time.monotonic() > deadline:
-                    raise OperationTimeoutError(
-                        f"the record of task {task_id!r} stayed locked by another reader for {self._lock_wait_s:g} s; "
-                        "try again", entity=self._queue) from None
-                await asyncio.sleep(pause)
-                pause = min(pause * 2, 0.2)
-
-    @staticmethod
-    async def _records(receiver: Any) -> list[TaskRecord]:
-        records: list[TaskRecord] = []
-        start = 0
-        while True:
-            page = await receiver.peek_messages(PEEK_PAGE, sequence_number=start)
-            for message in page:
-                try:
-                    records.append(TaskRecord.decode(bytes(message.body)))
-                except Exception:  # noqa: BLE001 - a foreign message in the results queue is no record
-                    continue
-            if len(page) < PEEK_PAGE:
-                return records
-            start = page[-1].sequence_number + 1
+                records.append((message.message_id, TaskRecord.decode(bytes(message.body))))
+            except Exception:  # noqa: BLE001 - a foreign message in the results queue is no record
+                continue
+        return records
 
     async def close(self) -> None:
         """Close the store's sender."""

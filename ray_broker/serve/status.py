@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 from .codec import pack, unpack
 
@@ -53,13 +53,27 @@ class TaskRecord:
         return TaskRecord(TaskStatus(value["s"]), value["t"], value["a"], value["r"], value["e"])
 
 
+def counts(current: TaskRecord | None, record: TaskRecord) -> bool:
+    """Whether `record`, written after records that fold to `current`, is the task's status from
+    then on: a terminal status is never replaced by a non-terminal one (a duplicate delivery of
+    a finished task), and a REVOKED written once the task started or finished changes nothing
+    (a cancel that came too late). So a start and a cancel that race are decided by which record
+    the store took first, and every reader folds them to the same answer."""
+    if record.status is TaskStatus.REVOKED:
+        return current is None or current.status in (TaskStatus.PENDING, TaskStatus.RETRY)
+    return current is None or not current.status.terminal or record.status.terminal
+
+
 def fold(records: Iterable[TaskRecord]) -> TaskRecord | None:
-    """The task's status from its records in the order they were written: the latest, except that
-    a terminal status is never replaced by a later non-terminal one (a duplicate delivery of a
-    finished task)."""
+    """The task's status from its records in the order they were written (see `counts`)."""
     current: TaskRecord | None = None
     for record in records:
-        if current is None or not current.status.terminal or record.status.terminal:
+        if counts(current, record):
             current = record
     return current
 
+
+def claimed(records: Sequence[TaskRecord], mine: int) -> bool:
+    """Whether record `mine` (an index of `records`, in the order they were written) counts: a
+    STARTED that may run the task, a REVOKED that stops it."""
+    return counts(fold(records[:mine]), records[mine])

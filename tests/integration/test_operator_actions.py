@@ -161,6 +161,26 @@ def test_peek_messages_with_a_filter_from_a_sequence_number_per_partition(namesp
         namespace.peek_messages(q, filter="n >")
 
 
+async def test_peeking_a_session_takes_no_lock_so_a_receiver_may_hold_it(namespace: rb.Namespace) -> None:
+    q, plain = name("peek-session"), name("peek-plain")
+    namespace.create_queue(q, requires_session=True, enable_partitioning=True)
+    namespace.create_queue(plain)
+    with namespace.get_queue_sender(q) as sender:
+        sender.send_messages([Message(f"{s}-{i}", session_id=s) for s in ("a", "b") for i in range(3)])
+    with namespace.get_queue_receiver(q, session_id="a") as holder:   # the session is locked meanwhile
+        assert [bytes(m.body) for m in namespace.peek_messages(q, 10, session_id="a")] == [b"a-0", b"a-1", b"a-2"]
+        async with rba.Namespace(namespace.config) as ans:
+            assert [bytes(m.body) for m in await ans.peek_messages(q, 2, session_id="a")] == [b"a-0", b"a-1"]
+        assert [bytes(m.body) for m in holder.receive_messages(3, max_wait_time=5)] == [b"a-0", b"a-1", b"a-2"]
+    assert namespace.peek_messages(q, 10, session_id="none") == []
+    with pytest.raises(rb.errors.InvalidOperationError, match="does not require sessions"):
+        namespace.peek_messages(plain, session_id="a")
+    with pytest.raises(rb.errors.InvalidOperationError, match="dead-letter sub-queues have no sessions"):
+        namespace.peek_messages(q, session_id="a", sub_queue=SubQueue.DEAD_LETTER)
+    with pytest.raises(rb.errors.InvalidArgumentError, match="session_id must be"):
+        namespace.peek_messages(q, session_id=7)  # type: ignore[arg-type]
+
+
 async def test_async_resubmit_by_filter_and_filtered_peek(namespace: rb.Namespace) -> None:
     q = name("aio-filter")
     namespace.create_queue(q)

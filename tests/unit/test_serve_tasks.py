@@ -12,11 +12,11 @@ from ray_broker.errors import InvalidArgumentError
 from ray_broker.serve import BrokerAdapterConfig, TaskEncodingError
 from ray_broker.serve.codec import TaskCall, TaskDecodingError, decode_task, encode_task
 from ray_broker.serve.decisions import (MAX_DELIVERY_COUNT_EXCEEDED, MAX_RETRIES_EXCEEDED, UNDECODABLE_TASK,
-                                        UNKNOWN_TASK, Fail, Retry, Unprocessable, after_failure, claim,
+                                        UNKNOWN_TASK, Fail, Retry, Unprocessable, after_failure,
                                         describe_error, on_delivery, result_not_encodable, revoke)
 from ray_broker.serve.enqueue import task_message
 from ray_broker.serve.sizing import BacklogSizing, desired_replicas, drain_rate
-from ray_broker.serve.status import TaskRecord, TaskStatus, fold
+from ray_broker.serve.status import TaskRecord, TaskStatus, claimed, fold
 
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
@@ -153,12 +153,31 @@ def test_error_texts_are_cut_to_a_bound() -> None:
     assert result_not_encodable("f", TypeError("set")).description.endswith("TypeError: set")
 
 
-@pytest.mark.parametrize("current, runs", [(None, True), (TaskStatus.RETRY, True), (TaskStatus.STARTED, True),
-                                           (TaskStatus.REVOKED, False), (TaskStatus.SUCCESS, False),
-                                           (TaskStatus.FAILURE, False)])
-def test_claim_runs_a_task_unless_revoked_or_finished(current: TaskStatus | None, runs: bool) -> None:
-    started = claim(None if current is None else record(current), 2, 9.0)
-    assert (started == TaskRecord(TaskStatus.STARTED, 9.0, 2)) if runs else started is None
+@pytest.mark.parametrize("before, runs", [([], True), ([TaskStatus.STARTED, TaskStatus.RETRY], True),
+                                          ([TaskStatus.STARTED], True), ([TaskStatus.REVOKED], False),
+                                          ([TaskStatus.SUCCESS], False), ([TaskStatus.FAILURE], False),
+                                          ([TaskStatus.STARTED, TaskStatus.REVOKED], True)])
+def test_a_started_record_runs_the_task_unless_it_was_revoked_or_finished_before(
+        before: list[TaskStatus], runs: bool) -> None:
+    records = [record(status) for status in before] + [record(TaskStatus.STARTED, 2)]
+    assert claimed(records, len(before)) == runs
+    assert (fold(records) == records[-1]) == runs
+
+
+@pytest.mark.parametrize("before, revokes", [([], True), ([TaskStatus.RETRY], True), ([TaskStatus.STARTED], False),
+                                             ([TaskStatus.SUCCESS], False), ([TaskStatus.REVOKED], False)])
+def test_a_revoked_record_counts_only_before_the_task_started(before: list[TaskStatus], revokes: bool) -> None:
+    records = [record(status) for status in before] + [record(TaskStatus.REVOKED)]
+    assert claimed(records, len(before)) == revokes
+    assert (fold(records).status is TaskStatus.REVOKED) == (revokes or before == [TaskStatus.REVOKED])
+
+
+def test_a_start_and_a_cancel_that_race_are_decided_by_the_order_they_were_stored_in() -> None:
+    started, revoked = record(TaskStatus.STARTED, 1), record(TaskStatus.REVOKED)
+    assert claimed([started, revoked], 0) and not claimed([started, revoked], 1)
+    assert fold([started, revoked, record(TaskStatus.SUCCESS, result=1)]).status is TaskStatus.SUCCESS
+    assert claimed([revoked, started], 0) and not claimed([revoked, started], 1)
+    assert fold([revoked, started]).status is TaskStatus.REVOKED
 
 
 @pytest.mark.parametrize("current, revoked", [(None, True), (TaskStatus.PENDING, True), (TaskStatus.RETRY, True),
