@@ -8,19 +8,24 @@ On a partitioned queue of a fresh namespace (16 partitions, standard tier, durab
   none left in its dead-letter queue;
 - the same resubmit with a filter selecting half of them (`user.n % 2 = 0`), which reads every
   dead letter and moves half.
-Absolute figures only: there is no peer to compare an operator's batch job with.
+With `--console` each is measured again, on queues of its own, with the web console open on the
+queue's page in a headless Chromium and refreshing on its own (`console_watch`), and compared with
+the figures without it. Absolute figures otherwise: there is no peer to compare an operator's
+batch job with.
 
-    python -m benchmarks.operator_actions [--purge 100000] [--resubmit 10000] [--partitions N]
+    python -m benchmarks.operator_actions [--purge 100000] [--resubmit 10000] [--partitions N] [--console]
 """
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, ContextManager
 
 import ray_broker as rb
 
-from .common import broker_namespace, emit, format_table, machine_info, make_body, parser, rate, ray_session
+from .common import broker_namespace, emit, format_table, machine_info, make_body, parser, rate, ratio, ray_session
+from .console_watch import ConsoleWatch, console_open
 
 SEND_BATCH = 200
 """Messages per send call while filling the queue (untimed)."""
@@ -35,6 +40,8 @@ class OperatorConfig:
     partitions: int | None = None
     """None: the standard tier's 16; a number: a premium namespace with that many."""
     body_size: int = 1024
+    console: bool = False
+    """Measure each action again with the web console open on its queue and refreshing."""
 
 
 def _fill(ns: rb.Namespace, queue: str, count: int, body: bytes) -> None:
@@ -73,48 +80,85 @@ def _result(done: int, seconds: float) -> dict[str, Any]:
     return {"messages": done, "seconds": round(seconds, 3), "msgs_per_s": round(rate(done, seconds), 1)}
 
 
-def run(config: OperatorConfig) -> dict[str, Any]:
-    """Run the three measurements on one namespace; the JSON document."""
+def _watched(ns: rb.Namespace, queue: str, console: bool) -> ContextManager[ConsoleWatch | None]:
+    """The console open on `queue`'s page while the block runs (with `console`), else nothing."""
+    return console_open(ns, f"#/queue/{queue}") if console else nullcontext()
+
+
+def _actions(ns: rb.Namespace, config: OperatorConfig, console: bool) -> dict[str, Any]:
+    """The three measurements on queues of their own (with `console`, each timed one with the
+    console open on its queue's page); the results by action."""
     body = make_body(config.body_size)
-    sku = "standard" if config.partitions is None else "premium"
+    suffix = "-console" if console else ""
     results: dict[str, Any] = {}
-    with broker_namespace("operator", sku=sku, partitions=config.partitions) as ns:
-        ns.create_queue("purged", enable_partitioning=True)
-        _fill(ns, "purged", config.purge, body)
-        results["purge"] = _result(*_timed(lambda: ns.purge("purged")))
-        if _counts(ns, "purged") != (0, 0) or results["purge"]["messages"] != config.purge:
-            raise RuntimeError(f"purge removed {results['purge']['messages']} of {config.purge}, "
-                               f"left {_counts(ns, 'purged')}")
-        ns.create_queue("resubmitted", enable_partitioning=True)
-        _fill(ns, "resubmitted", config.resubmit, body)
-        _dead_letter_all(ns, "resubmitted", config.resubmit)
-        results["resubmit"] = _result(*_timed(lambda: ns.resubmit_dead_letters("resubmitted")))
-        if _counts(ns, "resubmitted") != (config.resubmit, 0):
-            raise RuntimeError(f"after resubmit the queue holds {_counts(ns, 'resubmitted')} (active, dead), "
+    purged, resubmitted = f"purged{suffix}", f"resubmitted{suffix}"
+    watches: list[ConsoleWatch] = []
+    ns.create_queue(purged, enable_partitioning=True)
+    _fill(ns, purged, config.purge, body)
+    with _watched(ns, purged, console) as watch:
+        results["purge"] = _result(*_timed(lambda: ns.purge(purged)))
+    watches += [watch] if watch else []
+    if _counts(ns, purged) != (0, 0) or results["purge"]["messages"] != config.purge:
+        raise RuntimeError(f"purge removed {results['purge']['messages']} of {config.purge}, "
+                           f"left {_counts(ns, purged)}")
+    ns.create_queue(resubmitted, enable_partitioning=True)
+    _fill(ns, resubmitted, config.resubmit, body)
+    _dead_letter_all(ns, resubmitted, config.resubmit)
+    with _watched(ns, resubmitted, console) as watch:
+        results["resubmit"] = _result(*_timed(lambda: ns.resubmit_dead_letters(resubmitted)))
+        if _counts(ns, resubmitted) != (config.resubmit, 0):
+            raise RuntimeError(f"after resubmit the queue holds {_counts(ns, resubmitted)} (active, dead), "
                                f"not ({config.resubmit}, 0)")
-        _dead_letter_all(ns, "resubmitted", config.resubmit)
-        moved, seconds = _timed(lambda: ns.resubmit_dead_letters("resubmitted", filter="user.n % 2 = 0"))
-        results["resubmit_filtered"] = {**_result(moved, seconds), "read": config.resubmit,
-                                        "read_per_s": round(rate(config.resubmit, seconds), 1)}
-        if moved != (config.resubmit + 1) // 2:
-            raise RuntimeError(f"the filtered resubmit moved {moved}, not {(config.resubmit + 1) // 2}")
+        _dead_letter_all(ns, resubmitted, config.resubmit)
+        moved, seconds = _timed(lambda: ns.resubmit_dead_letters(resubmitted, filter="user.n % 2 = 0"))
+    watches += [watch] if watch else []
+    results["resubmit_filtered"] = {**_result(moved, seconds), "read": config.resubmit,
+                                    "read_per_s": round(rate(config.resubmit, seconds), 1)}
+    if moved != (config.resubmit + 1) // 2:
+        raise RuntimeError(f"the filtered resubmit moved {moved}, not {(config.resubmit + 1) // 2}")
+    if watches:
+        calls, seconds = sum(w.api_calls for w in watches), sum(w.seconds for w in watches)
+        results["console"] = {"api_calls": calls, "seconds": round(seconds, 1),
+                              "calls_per_s": round(rate(calls, seconds), 2)}
+    return results
+
+
+def run(config: OperatorConfig) -> dict[str, Any]:
+    """Run the three measurements on one namespace (and, with `config.console`, again with the web
+    console open and refreshing on each one's queue); the JSON document."""
+    sku = "standard" if config.partitions is None else "premium"
+    with broker_namespace("operator", sku=sku, partitions=config.partitions) as ns:
+        results = _actions(ns, config, console=False)
+        watched = _actions(ns, config, console=True) if config.console else None
         partitions = ns.partition_count
-    return {
+    doc: dict[str, Any] = {
         "benchmark": "operator_actions",
         "machine": machine_info(),
         "config": {**asdict(config), "partitions": partitions},
         "results": results,
         "targets": [],
     }
+    if watched is not None:
+        doc["console_open"] = {**watched, "vs_closed": {
+            action: ratio(watched[action]["msgs_per_s"], results[action]["msgs_per_s"]) for action in results}}
+    return doc
 
 
 def table(doc: dict[str, Any]) -> str:
     """The figures as text."""
     config = doc["config"]
     rows = [[what, r["messages"], r["seconds"], r["msgs_per_s"]] for what, r in doc["results"].items()]
+    watched = doc.get("console_open")
+    if watched is not None:
+        rows += [[f"{what}, console open", watched[what]["messages"], watched[what]["seconds"],
+                  watched[what]["msgs_per_s"], watched["vs_closed"][what]] for what in doc["results"]]
+        rows = [row + [""] * (5 - len(row)) for row in rows]
+    headers = ["action", "messages", "seconds", "msgs/s"] + (["vs console closed"] if watched is not None else [])
     title = (f"Operator actions: a partitioned queue on {config['partitions']} partitions, "
              f"{config['body_size']} B bodies")
-    return format_table(title, ["action", "messages", "seconds", "msgs/s"], rows)
+    if watched is not None:
+        title += f" (the console open made {watched['console']['calls_per_s']} API calls/s)"
+    return format_table(title, headers, rows)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -125,9 +169,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--resubmit", type=int, default=defaults.resubmit, help="dead letters to resubmit (default 10000)")
     p.add_argument("--partitions", type=int, default=None,
                    help="a premium namespace with this many partitions (default: the standard tier's 16)")
+    p.add_argument("--console", action="store_true",
+                   help="measure each action again with the web console open on its queue in a headless "
+                        "Chromium, refreshing")
     args = p.parse_args(argv)
     config = OperatorConfig(purge=args.purge, resubmit=args.resubmit, partitions=args.partitions,
-                            body_size=args.body_size)
+                            body_size=args.body_size, console=args.console)
     with ray_session():
         doc = run(config)
     emit(doc, table(doc), args.json)
