@@ -1,14 +1,17 @@
-"""The AMQP front-end actor: serves a namespace's AMQP 1.0 port to the Azure Service Bus SDKs,
-and on the same port the management API (ATOM over HTTPS, or plain HTTP) of their administration
-clients; with a `management_port`, the management API on that port too, over plain HTTP (where
-applications written for Microsoft's emulator send it: its port 5300) or HTTPS (where the Python
-administration client sends it, whatever the connection string says), told apart by the first bytes.
+"""The AMQP front-end actor: serves a namespace's AMQP 1.0 port to the Azure Service Bus SDKs (plain,
+inside TLS, and over a WebSocket, plain or inside TLS), and on the same port the management API
+(ATOM over HTTPS, or plain HTTP) of their administration clients; with a `management_port`, the
+management API on that port too, over plain HTTP (where applications written for Microsoft's
+emulator send it: its port 5300) or HTTPS (where the Python administration client sends it,
+whatever the connection string says), told apart by the first bytes.
 
 A thin shell: it listens with asyncio on the actor's event loop
 (`ray_broker.management_http.listener`, which tells each connection's protocol from its first
-bytes), and hands each AMQP connection to `ray_broker.amqp.connection.AmqpConnection`, which drives
-a proton engine, and each HTTP one to `ray_broker.management_http`; both call the broker through
-the namespace's async client (the same routing as every Python client).
+bytes, and inside TLS from the first bytes it carries), and hands each AMQP connection to
+`ray_broker.amqp.connection.AmqpConnection`, which drives a proton engine, and each HTTP one to
+`ray_broker.management_http`, where a request to switch to a WebSocket becomes an AMQP connection
+over it (`ray_broker.amqp.websocket`); both call the broker through the namespace's async client
+(the same routing as every Python client).
 """
 from __future__ import annotations
 
@@ -33,7 +36,8 @@ from .handles import find_actor
 if TYPE_CHECKING:
     import ssl
 
-    from ray_broker.management_http.listener import SniffingListener, StreamHandler
+    from ray_broker.amqp.streams import ByteReader, ByteWriter, StreamHandler
+    from ray_broker.management_http.listener import SniffingListener
     from ray_broker.management_http.sniff import WireProtocol
 
 logger = logging.getLogger("ray_broker.amqp")
@@ -97,7 +101,7 @@ class AmqpFrontend:
 
     async def _start_listening(self) -> None:
         """Listen on the AMQP port, then on the management port if there is one."""
-        # cryptography and h11, like python-qpid-proton, come with the `amqp` extra
+        # cryptography, h11 and wsproto, like python-qpid-proton, come with the `amqp` extra
         from ray_broker.management_http.certificate import certificate_dir, ensure_certificate, server_context
         from ray_broker.management_http.http import serve_http
         from ray_broker.management_http.service import ManagementService
@@ -113,16 +117,14 @@ class AmqpFrontend:
         service = ManagementService(namespace, namespace.list_shared_access_keys,
                                     partitions_down=self._partitions_down)
 
-        def http(port: int | None) -> Any:
-            return partial(serve_http, handler=service.handle, default_host=f"localhost:{port}")
+        def http(port: int | None, websocket: StreamHandler | None = None) -> Any:
+            return partial(serve_http, handler=service.handle, default_host=f"localhost:{port}", websocket=websocket)
 
-        on_amqp_port = http(config.amqp_port)
-        self._port = await self._listen({WireProtocol.AMQP: partial(self._accept, namespace),
-                                         WireProtocol.HTTP: on_amqp_port, WireProtocol.TLS: on_amqp_port},
+        amqp = partial(self._accept, namespace)
+        self._port = await self._listen({WireProtocol.AMQP: amqp, WireProtocol.HTTP: http(config.amqp_port, amqp)},
                                         tls, config.amqp_port, "the AMQP port")
         if config.management_port is not None:
-            on_management_port = http(config.management_port)
-            await self._listen({WireProtocol.HTTP: on_management_port, WireProtocol.TLS: on_management_port}, tls,
+            await self._listen({WireProtocol.HTTP: http(config.management_port)}, tls,
                                config.management_port, "the management port")
 
     async def _listen(self, handlers: dict[WireProtocol, StreamHandler], tls: ssl.SSLContext | None,
@@ -165,8 +167,7 @@ class AmqpFrontend:
         answered = await asyncio.gather(*(answers(h) for h in table["handles"]))
         return [k for k, ok in enumerate(answered) if not ok]
 
-    async def _accept(self, namespace: Namespace, reader: asyncio.StreamReader,
-                      writer: asyncio.StreamWriter) -> None:
+    async def _accept(self, namespace: Namespace, reader: ByteReader, writer: ByteWriter) -> None:
         from ray_broker.amqp.connection import AmqpConnection  # python-qpid-proton: the `amqp` extra
 
         try:

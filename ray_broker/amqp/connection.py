@@ -1,4 +1,5 @@
-"""One AMQP 1.0 connection of the front end: a proton engine driven by an asyncio stream.
+"""One AMQP 1.0 connection of the front end: a proton engine driven by a byte stream (an accepted
+socket's, the one inside TLS, or the one a WebSocket carries: see `streams.py`).
 
 Bytes from the socket go into a `proton.Transport`, the engine's events come out of a
 `proton.Collector`, and what the engine has to say goes back to the socket; no proton reactor or
@@ -73,6 +74,7 @@ from .sas import LISTEN, SEND, Claim, SasKey, audience_path, covers, token_audie
 
 if TYPE_CHECKING:
     from ..aio.handle import Namespace
+    from .streams import ByteReader, ByteWriter
     from ..aio.receiver import Receiver
     from ..aio.sender import Sender
     from ..message import ReceivedMessage
@@ -118,7 +120,7 @@ class AmqpConnection:
     """Serves one accepted AMQP connection until it closes.
 
     Args:
-        reader, writer: the accepted stream.
+        reader, writer: the connection's byte streams.
         namespace: the namespace's async client handle, which every broker call goes through.
         keys: gives the namespace's shared access keys (tokens are checked against them).
         clock: epoch seconds now (token expiry).
@@ -126,7 +128,7 @@ class AmqpConnection:
         locks: the message locks of every connection of the front end (default: this connection's own).
     """
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, namespace: Namespace,
+    def __init__(self, reader: ByteReader, writer: ByteWriter, namespace: Namespace,
                  keys: Callable[[], Awaitable[Iterable[SasKey]]], clock: Callable[[], float] = time.time,
                  limits: ConnectionLimits | None = None, locks: HeldLocks[Receiver] | None = None) -> None:
         self._reader = reader

@@ -85,7 +85,7 @@ def _report(run: Emulator, seconds: float) -> None:
     output.out(f"administration connection string: {run.admin_connection_string}")
     output.out(f"health: {run.health_url}")
     output.out(f"certificate: {certificate_path(plan.config.namespace, run.data_dir)} (trust it for HTTPS on the "
-               "management port: connection_verify= of the Python administration client)")
+               "management port, and amqps or wss on the AMQP port: the SDK's connection_verify=)")
     output.note(f"started in {seconds:.1f} s; Ctrl-C or SIGTERM stops it")
     output.out("ready")
     sys.stdout.flush()

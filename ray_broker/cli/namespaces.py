@@ -205,8 +205,9 @@ def connection_string(
                                           help="The shared access key to sign with (`ray-broker keys list`).")
                         ] = ROOT_KEY_NAME,
     ca_file: Annotated[bool, typer.Option(
-        "--ca-file", help="Print instead the path of the namespace's TLS certificate, which the SDKs' "
-                          "administration clients must trust (REQUESTS_CA_BUNDLE, SSL_CERT_FILE).")] = False,
+        "--ca-file", help="Print instead the path of the namespace's TLS certificate, which the SDKs must "
+                          "trust: their administration clients (REQUESTS_CA_BUNDLE, SSL_CERT_FILE), and their "
+                          "clients over amqps or wss (connection_verify).")] = False,
     management: Annotated[bool, typer.Option(
         "--management", help="Print the connection string of the plain-HTTP management port instead (the "
                              "namespace started with --management-port), as applications written for "

@@ -10,7 +10,8 @@ from typing import Callable, Sequence
 
 from ..errors import MissingDependencyError, PortUnavailableError
 
-AMQP_EXTRA_MODULES = (("proton", "python-qpid-proton"), ("h11", "h11"), ("cryptography", "cryptography"))
+AMQP_EXTRA_MODULES = (("proton", "python-qpid-proton"), ("h11", "h11"), ("wsproto", "wsproto"),
+                      ("cryptography", "cryptography"))
 """The modules the AMQP front end imports that come with `pip install 'ray-broker[amqp]'`, each
 with the package that provides it."""
 

@@ -1,10 +1,13 @@
-"""One port, up to three protocols: accepts connections, peeks at their first bytes (without taking
-them) and hands each to the AMQP engine, to HTTP over TLS, or to plain HTTP, as the port serves
-them; a connection in a protocol the port does not serve is closed at once.
+"""One port, several protocols: accepts connections, peeks at their first bytes (without taking
+them) and hands each to the AMQP engine or to HTTP, as the port serves them, or, for a TLS
+connection, does the handshake and looks at the first bytes inside it the same way (AMQP and HTTP
+inside TLS are served as they are without it); a connection in a protocol the port does not serve
+is closed at once.
 
 The peek (`MSG_PEEK`) leaves the bytes in the socket, so the TLS handshake and the AMQP engine
 read the connection from its first byte, through the same asyncio streams `asyncio.start_server`
-would give them.
+would give them; inside TLS the first bytes are read, and given again before the rest
+(`ReplayReader`).
 """
 from __future__ import annotations
 
@@ -12,14 +15,13 @@ import asyncio
 import logging
 import socket
 import ssl
-from typing import Awaitable, Callable, Mapping
+from typing import Awaitable, Mapping
 
+from ..amqp.streams import ByteReader, ReplayReader, StreamHandler
 from .sniff import SNIFF_BYTES, WireProtocol, sniff
 
 logger = logging.getLogger("ray_broker.amqp")
 
-StreamHandler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
-"""What serves one accepted connection."""
 SNIFF_TIMEOUT_S = 30.0
 """How long a new connection may stay silent before it is closed (every client here speaks first)."""
 TLS_HANDSHAKE_TIMEOUT_S = 30.0
@@ -50,18 +52,20 @@ async def open_streams(sock: socket.socket,
 
 
 class SniffingListener:
-    """Serves a port: each connection goes to the handler of the protocol it speaks (for TLS, the
-    handler serves what the handshake carries). A connection in a protocol without a handler, or
-    that fails, is closed and logged; the listener keeps serving.
+    """Serves a port: each connection goes to the handler of the protocol it speaks, and with a
+    TLS context, a TLS connection's handshake is done and what it carries goes to the handler of
+    the protocol spoken inside. A connection in a protocol without a handler (TLS without a
+    context, TLS inside TLS), or that fails, is closed and logged; the listener keeps serving.
 
     Args:
-        handlers: what serves a connection, by the protocol it opens with.
-        tls: the TLS server context (needed when `handlers` serve TLS).
+        handlers: what serves a connection, by the protocol it speaks (AMQP, HTTP).
+        tls: the TLS server context; without it, TLS connections are closed.
     """
 
     def __init__(self, handlers: Mapping[WireProtocol, StreamHandler], tls: ssl.SSLContext | None = None) -> None:
-        if WireProtocol.TLS in handlers and tls is None:
-            raise ValueError("serving TLS needs a TLS server context")
+        if WireProtocol.TLS in handlers:
+            raise ValueError("TLS is served by giving the listener a TLS server context; its handlers serve what "
+                             "connections speak inside TLS or without it (AMQP, HTTP)")
         self._handlers = dict(handlers)
         self._tls = tls
         self._socket: socket.socket | None = None
@@ -99,21 +103,49 @@ class SniffingListener:
                 sock.close()
                 return
             protocol = sniff(head)
-            if protocol not in self._handlers:
-                logger.info("front end: a %s connection reached a port that serves %s only; closed",
-                            protocol.value, " and ".join(sorted(p.value for p in self._handlers)))
+            tls = protocol is WireProtocol.TLS and self._tls is not None
+            if not tls and self._refused(protocol):
                 sock.close()
                 return
-            reader, writer = await open_streams(sock, self._tls if protocol is WireProtocol.TLS else None)
+            reader, writer = await open_streams(sock, self._tls if tls else None)
         except (OSError, asyncio.TimeoutError, ssl.SSLError) as exc:
             logger.info("front end: a connection closed before it was served: %r", exc)
             sock.close()
             return
+        if tls:
+            try:
+                inside, reader = await self._inside_tls(reader)
+            except (OSError, asyncio.TimeoutError, ssl.SSLError) as exc:
+                logger.info("front end: a TLS connection closed before it was served: %r", exc)
+                inside = None
+            if inside is None:
+                writer.close()
+                return
+            protocol = inside
         try:
             await self._handlers[protocol](reader, writer)
         except Exception:  # noqa: BLE001 - one connection's failure never stops the listener
             logger.exception("front end: a %s connection failed", protocol.value)
             writer.close()
+
+    async def _inside_tls(self, reader: ByteReader) -> tuple[WireProtocol | None, ByteReader]:
+        """The protocol spoken inside a TLS connection (None: the client closed it without a
+        byte, or speaks a protocol the port does not serve), and a reader of what it carries from
+        the first byte."""
+        head = await asyncio.wait_for(reader.read(SNIFF_BYTES), SNIFF_TIMEOUT_S)
+        if not head:
+            return None, reader
+        protocol = sniff(head)
+        return (None if self._refused(protocol, inside_tls=True) else protocol), ReplayReader(head, reader)
+
+    def _refused(self, protocol: WireProtocol, inside_tls: bool = False) -> bool:
+        """Whether the port does not serve `protocol` (logged when it does not)."""
+        if protocol in self._handlers:
+            return False
+        served = sorted(p.value for p in self._handlers) + (["tls"] if self._tls is not None else [])
+        logger.info("front end: a %s connection%s reached a port that serves %s only; closed",
+                    protocol.value, " inside TLS" if inside_tls else "", " and ".join(served))
+        return True
 
     def close(self) -> None:
         """Stop listening and end every connection's work."""

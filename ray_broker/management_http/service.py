@@ -75,11 +75,12 @@ class Request:
 
 @dataclass(frozen=True)
 class Reply:
-    """An HTTP answer."""
+    """An HTTP answer, with any headers it carries beyond its type and length (name, value)."""
 
     status: int
     content_type: str
     body: bytes
+    headers: tuple[tuple[str, str], ...] = ()
 
 
 def status_of(error: BaseException) -> int:

@@ -16,8 +16,12 @@ NOT_LIVE: dict[str, str] = {
 }
 """Not live tests: they reach no Service Bus, so they say nothing about the broker."""
 
-_WEBSOCKETS = "AMQP over WebSockets (TransportType.AmqpOverWebsocket): the front end serves AMQP over TCP only"
-_TLS = "AMQP over TLS (the SDK's ssl_context, connection_verify, custom_endpoint_address): the front end serves plain AMQP"
+_WEBSOCKETS = ("AMQP over WebSockets (TransportType.AmqpOverWebsocket) with no custom_endpoint_address: the SDK opens "
+               "its WebSocket on port 443 (the sync client without TLS: 80), not on the port of the connection string, "
+               "where the front end serves it")
+_TLS = ("AMQP over TLS (the SDK's ssl_context, connection_verify) on Service Bus's port 5671 with a certificate a public "
+        "authority signed (the tests trust certifi's bundle): the front end serves TLS on its AMQP port, with a "
+        "certificate of its own")
 
 NEEDS_AZURE: dict[str, str] = {
     "test_queues.py::TestServiceBusQueue::test_queue_message_amqp_over_websocket": _WEBSOCKETS,

@@ -11,7 +11,8 @@ MODULES = ["ray_broker.engine.partition", "ray_broker.engine.store", "ray_broker
            "ray_broker.engine.group_commit", "ray_broker.engine.changes", "ray_broker.engine.change_log",
            "ray_broker.engine.replication", "ray_broker.engine.shipping",
            "ray_broker.management_http.durations", "ray_broker.management_http.sniff",
-           "ray_broker.management_http.descriptions", "ray_broker.management_http.routes"]
+           "ray_broker.management_http.descriptions", "ray_broker.management_http.routes",
+           "ray_broker.amqp.streams", "ray_broker.amqp.websocket"]
 
 
 @pytest.mark.parametrize("name", MODULES)

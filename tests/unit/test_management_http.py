@@ -1,6 +1,6 @@
-"""The management API's transport: sniffing a connection's protocol, the port's listener (AMQP,
-TLS and plain HTTP on one port, with the generated certificate), the HTTP/1.1 exchange, request
-routing and token checks. Real sockets on 127.0.0.1, no Ray."""
+"""The management API's transport: sniffing a connection's protocol, the port's listener (AMQP
+and plain HTTP on one port, and both inside TLS with the generated certificate), the HTTP/1.1
+exchange, request routing and token checks. Real sockets on 127.0.0.1, no Ray."""
 from __future__ import annotations
 
 import asyncio
@@ -12,6 +12,7 @@ import pytest
 from cryptography import x509
 
 from ray_broker.amqp.sas import LISTEN, MANAGE, SEND, make_token, new_key
+from ray_broker.amqp.streams import ByteReader, ByteWriter
 from ray_broker.errors import InvalidArgumentError, MessagingEntityNotFoundError, UnauthorizedError
 from ray_broker.management_http.authorization import authorize, check_forwarding
 from ray_broker.management_http.certificate import certificate_path, ensure_certificate, server_context
@@ -132,22 +133,24 @@ async def answer(request: Request, host: str) -> Reply:
 
 @pytest.fixture
 async def listener(tmp_path: Path) -> AsyncIterator[tuple[int, list[bytes], str]]:
-    """A listener on a free port whose AMQP handler records what it reads, and whose HTTP handler
-    is `serve_http` with `answer`; with the certificate file clients trust."""
+    """A listener on a free port, with TLS, whose AMQP handler records what it reads, and whose
+    HTTP handler is `serve_http` with `answer`; with the certificate file clients trust."""
     amqp_seen: list[bytes] = []
 
-    async def amqp(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        amqp_seen.append(await reader.readexactly(len(AMQP_HEADER)))
+    async def amqp(reader: ByteReader, writer: ByteWriter) -> None:
+        header = b""
+        while len(header) < len(AMQP_HEADER):
+            header += await reader.read(len(AMQP_HEADER) - len(header))
+        amqp_seen.append(header)
         writer.write(AMQP_HEADER)
         await writer.drain()
         writer.close()
 
-    async def http(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def http(reader: ByteReader, writer: ByteWriter) -> None:
         await serve_http(reader, writer, answer, "localhost:0")
 
     cert, key = ensure_certificate(str(tmp_path), "ns", ())
-    served = SniffingListener({WireProtocol.AMQP: amqp, WireProtocol.HTTP: http, WireProtocol.TLS: http},
-                              server_context(cert, key))
+    served = SniffingListener({WireProtocol.AMQP: amqp, WireProtocol.HTTP: http}, server_context(cert, key))
     port = await served.listen("127.0.0.1", 0)
     yield port, amqp_seen, cert
     served.close()
@@ -179,6 +182,18 @@ async def test_plain_http_keeps_the_connection_for_several_requests(listener: tu
     assert amqp_seen == []
 
 
+async def test_amqp_inside_tls_gets_every_byte_of_what_tls_carries(listener: tuple[int, list[bytes], str]) -> None:
+    port, amqp_seen, cert = listener
+    assert await exchange(port, AMQP_HEADER, ssl.create_default_context(cafile=cert)) == AMQP_HEADER
+    assert amqp_seen == [AMQP_HEADER]
+
+
+async def test_tls_inside_tls_is_closed(listener: tuple[int, list[bytes], str]) -> None:
+    port, amqp_seen, cert = listener
+    assert await closed_unanswered(port, b"\x16\x03\x01\x02\x00", ssl.create_default_context(cafile=cert))
+    assert amqp_seen == []
+
+
 async def test_https_with_the_generated_certificate(listener: tuple[int, list[bytes], str]) -> None:
     port, _, cert = listener
     trusting = ssl.create_default_context(cafile=cert)
@@ -202,7 +217,7 @@ async def test_a_request_that_breaks_http_gets_400_and_the_port_keeps_serving(
 
 
 async def test_a_port_that_serves_plain_http_alone_closes_amqp_and_tls_connections(tmp_path: Path) -> None:
-    async def http(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def http(reader: ByteReader, writer: ByteWriter) -> None:
         await serve_http(reader, writer, answer, "localhost:0")
 
     cert, _ = ensure_certificate(str(tmp_path), "ns", ())
@@ -228,7 +243,23 @@ async def closed_unanswered(port: int, data: bytes, tls: ssl.SSLContext | None =
         return True
 
 
-def test_serving_tls_needs_a_tls_context() -> None:
+async def test_a_port_that_serves_http_with_tls_closes_amqp_inside_tls(tmp_path: Path) -> None:
+    async def http(reader: ByteReader, writer: ByteWriter) -> None:
+        await serve_http(reader, writer, answer, "localhost:0")
+
+    cert, key = ensure_certificate(str(tmp_path), "ns", ())
+    served = SniffingListener({WireProtocol.HTTP: http}, server_context(cert, key))
+    port = await served.listen("127.0.0.1", 0)
+    trusting = ssl.create_default_context(cafile=cert)
+    try:
+        assert await closed_unanswered(port, AMQP_HEADER, trusting)
+        got = await exchange(port, b"GET /q HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n", trusting)
+        assert got.startswith(b"HTTP/1.1 200 OK"), "HTTPS is served all the same"
+    finally:
+        served.close()
+
+
+def test_tls_is_served_with_a_tls_context_not_a_handler() -> None:
     with pytest.raises(ValueError, match="TLS server context"):
         SniffingListener({WireProtocol.TLS: answer})  # type: ignore[dict-item]
 
