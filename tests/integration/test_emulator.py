@@ -5,6 +5,7 @@ starts; SIGTERM stops everything it started, its Ray included; a restart on the 
 finds the messages sent before."""
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -15,11 +16,13 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage
+from azure.servicebus.aio import ServiceBusClient as AsyncServiceBusClient
 from azure.servicebus.management import CorrelationRuleFilter, ServiceBusAdministrationClient, SqlRuleFilter
 
 from ray_broker.amqp.sas import make_token
@@ -36,6 +39,8 @@ READY_WITHIN_S = 180.0
 STOPPED_WITHIN_S = 30.0
 REFUSED_WITHIN_S = 20.0
 WAIT_S = 5
+QUEUES_PAST_CAP = 60
+CONNECTIONS_PAST_CAP = 25
 
 
 class EmulatorProcess:
@@ -262,6 +267,40 @@ def test_the_files_rules_route_a_topics_messages_and_the_sql_action_applies(conn
     (heavy,) = got["express"]
     assert str(heavy) == "heavy" and heavy.to == "dock-7"
     assert heavy.application_properties[b"handling"] == b"forklift"
+
+
+async def test_sixty_queues_and_twenty_five_connections_at_once_pass_the_emulators_caps(
+        conn_str: str, admin: ServiceBusAdministrationClient) -> None:
+    """Microsoft's emulator stops at 50 entities and 10 connections: 60 queues made through the
+    administration client, and 25 SDK connections open at once, each sending to and receiving
+    from a queue of its own."""
+    names = [f"cap-{i:02d}" for i in range(QUEUES_PAST_CAP)]
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(admin.create_queue, names))
+    try:
+        assert {q.name for q in admin.list_queues()} >= set(names)
+        opened = asyncio.Event()
+        open_now = 0
+
+        async def one_connection(n: int) -> str:
+            nonlocal open_now
+            async with AsyncServiceBusClient.from_connection_string(conn_str) as client:
+                async with client.get_queue_sender(names[n]) as sender:
+                    await sender.send_messages(ServiceBusMessage(f"from connection {n}"))
+                    open_now += 1
+                    if open_now == CONNECTIONS_PAST_CAP:
+                        opened.set()
+                    await asyncio.wait_for(opened.wait(), 120)   # every connection open at once
+                async with client.get_queue_receiver(names[n], max_wait_time=WAIT_S) as receiver:
+                    (message,) = await receiver.receive_messages(max_message_count=1, max_wait_time=WAIT_S)
+                    await receiver.complete_message(message)
+                    return str(message)
+
+        got = await asyncio.gather(*(one_connection(n) for n in range(CONNECTIONS_PAST_CAP)))
+        assert got == [f"from connection {n}" for n in range(CONNECTIONS_PAST_CAP)]
+    finally:
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(admin.delete_queue, names))
 
 
 @pytest.mark.parametrize(("text", "words"), [
