@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 from datetime import datetime, timezone
+from copy import deepcopy as copy_tree
 from typing import Iterable, Sequence
+from xml.sax.saxutils import escape, quoteattr
 
 from ..errors import InvalidArgumentError
 
@@ -16,11 +18,17 @@ XSI = "http://www.w3.org/2001/XMLSchema-instance"
 XSD = "http://www.w3.org/2001/XMLSchema"
 XSI_TYPE = f"{{{XSI}}}type"
 
+DESCRIPTION_MARK = "\u2063description\u2063"
+"""Stands in an entry's content for its description while the envelope is written (no XML text
+the service writes contains it)."""
 ENTRY_CONTENT_TYPE = "application/atom+xml;type=entry;charset=utf-8"
 FEED_CONTENT_TYPE = "application/atom+xml;type=feed;charset=utf-8"
 ERROR_CONTENT_TYPE = "application/xml;charset=utf-8"
 
-for _prefix, _uri in (("", ATOM), ("sb", SB), ("d2p1", SB_COUNTS), ("i", XSI), ("xs", XSD)):
+PREFIXES = {SB: "sb", SB_COUNTS: "d2p1", XSI: "i", XSD: "xs"}
+"""The prefix Service Bus writes each namespace with."""
+ET.register_namespace("", ATOM)
+for _uri, _prefix in PREFIXES.items():
     ET.register_namespace(_prefix, _uri)
 
 
@@ -70,8 +78,62 @@ def feed(base_url: str, path: str, title: str, entries: Iterable[ET.Element], ne
 
 
 def to_bytes(element: ET.Element) -> bytes:
-    """An element as a UTF-8 XML document."""
-    return ET.tostring(element, encoding="utf-8", xml_declaration=True)
+    """An element as a UTF-8 XML document, written as Service Bus writes it: each description in
+    an entry's content declares the Service Bus namespace as its default, so its elements carry no
+    prefix (`<QueueDescription xmlns="..."><LockDuration>`). Clients that read element names as
+    they are written, such as the JavaScript SDK's, find them under those names.
+
+    >>> entry_ = ET.Element(atom("entry")); content = ET.SubElement(entry_, atom("content"))
+    >>> ET.SubElement(ET.SubElement(content, sb("QueueDescription")), sb("LockDuration")).text = "PT1M"
+    >>> written = to_bytes(entry_).decode()
+    >>> '<QueueDescription xmlns="http://schemas.microsoft.com/netservices/2010/10/servicebus/connect"' in written
+    True
+    >>> "<LockDuration>PT1M</LockDuration>" in written
+    True
+    """
+    copy = copy_tree(element)
+    descriptions: list[bytes] = []
+    for content in copy.iter(atom("content")):
+        for description in [child for child in content if child.tag.startswith(f"{{{SB}}}")]:
+            content.remove(description)
+            content.text = f"{DESCRIPTION_MARK}{len(descriptions)}{DESCRIPTION_MARK}"
+            descriptions.append(_description_xml(description).encode("utf-8"))
+    document = ET.tostring(copy, encoding="utf-8", xml_declaration=True)
+    for n, description in enumerate(descriptions):
+        document = document.replace(f"{DESCRIPTION_MARK}{n}{DESCRIPTION_MARK}".encode("utf-8"), description, 1)
+    return document
+
+
+def _description_xml(description: ET.Element) -> str:
+    """A description written as Service Bus writes one: its namespace the default, declared with
+    the instance namespace (`i:`) on the description, and any other namespace declared under its
+    prefix on the element whose own name or whose children's names first use it
+    (`<CountDetails xmlns:d2p1="..."><d2p1:ActiveMessageCount>`)."""
+
+    def name(qualified: str, is_tag: bool, uses: set[str]) -> str:
+        if not qualified.startswith("{"):
+            return qualified
+        uri, local = qualified[1:].split("}", 1)
+        if uri == SB and is_tag:
+            return local
+        uses.add(uri)
+        return f"{PREFIXES[uri]}:{local}"
+
+    def write(element: ET.Element, declared: frozenset[str]) -> str:
+        uses: set[str] = set()
+        tag = name(element.tag, True, uses)
+        attributes = "".join(f" {name(key, False, uses)}={quoteattr(value)}" for key, value in element.items())
+        for child in element:
+            name(child.tag, True, uses)
+        new = sorted(uses - declared)
+        declarations = "".join(f' xmlns:{PREFIXES[uri]}="{uri}"' for uri in new)
+        inner = escape(element.text or "") + "".join(write(child, declared | set(new)) + escape(child.tail or "")
+                                                     for child in element)
+        return f"<{tag}{declarations}{attributes}>{inner}</{tag}>"
+
+    written = write(description, frozenset({XSI}))
+    opening = len(description.tag.split("}", 1)[-1]) + 1
+    return f'{written[:opening]} xmlns="{SB}" xmlns:{PREFIXES[XSI]}="{XSI}"{written[opening:]}'
 
 
 def error_body(status: int, detail: str) -> bytes:

@@ -35,6 +35,8 @@ from .helpers import free_port, short_tmpdir
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "examples" / "emulator" / "Config.json"
 CLI = str(Path(sys.executable).with_name("ray-broker"))
+JS_DIR = Path(__file__).resolve().parent / "js"
+NODE = shutil.which("node")
 READY_WITHIN_S = 180.0
 STOPPED_WITHIN_S = 30.0
 REFUSED_WITHIN_S = 20.0
@@ -267,6 +269,27 @@ def test_the_files_rules_route_a_topics_messages_and_the_sql_action_applies(conn
     (heavy,) = got["express"]
     assert str(heavy) == "heavy" and heavy.to == "dock-7"
     assert heavy.application_properties[b"handling"] == b"forklift"
+
+
+def test_a_javascript_application_written_for_the_emulator_runs_unchanged(emulator: EmulatorProcess,
+                                                                          conn_str: str) -> None:
+    """js/emulator_app.js, in the shape of the emulator's JavaScript samples: /health, then the
+    administration client creates a queue, a message goes there and back, the queue is deleted."""
+    if NODE is None:
+        pytest.skip("node is not installed: the JavaScript SDK test needs Node.js 18 or later")
+    if not (JS_DIR / "node_modules" / "@azure" / "service-bus").is_dir():
+        pytest.fail(f"the JavaScript SDK is not installed: run `npm ci --prefix {JS_DIR}` first")
+    ca = emulator.printed("certificate").split(" (")[0]
+    run = subprocess.run([NODE, str(JS_DIR / "emulator_app.js"), conn_str,
+                          emulator.printed("administration connection string"), str(emulator.management_port),
+                          "js-emulator-app"], capture_output=True, text=True, timeout=120, cwd=JS_DIR,
+                         env={**os.environ, "NODE_EXTRA_CA_CERTS": ca})
+    assert run.returncode == 0, f"the JavaScript application failed:\n{run.stderr}"
+    report = json.loads(run.stdout)
+    assert report == {"health": "healthy", "maxDeliveryCount": 3,
+                      "received": {"body": "hello from JavaScript", "messageId": "js-1",
+                                   "applicationProperties": {"origin": "emulator-sample"}},
+                      "activeAfterComplete": 0, "existsAfterDelete": False}
 
 
 async def test_sixty_queues_and_twenty_five_connections_at_once_pass_the_emulators_caps(
