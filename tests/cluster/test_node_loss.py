@@ -22,6 +22,7 @@ from .node_loss_run import ASYNC_EVERY, BATCHES_AFTER_LOSS, PER_BATCH, SINK_EVER
 from .scenario import Scenario
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(960)]
+LOADED_GRACE_S = 5.0
 
 
 def cluster_scenario(long_run: bool) -> Scenario:
@@ -59,7 +60,8 @@ def test_partitions_placed_by_node_id_stay_down_until_their_disk_returns(observe
     assert on_plain, "the unlabelled worker held partitions"
     for when in ("plain_keyed_at_once", "plain_keyed_after_unkeyed"):
         assert observed[when].startswith("PartitionUnavailableError"), (when, observed[when])
-        assert float(observed[when].split()[-1].rstrip("s")) <= 11.0, (when, observed[when])
+        # the send's 10 s timeout, and what a machine loaded by the whole suite adds to the last try
+        assert float(observed[when].split()[-1].rstrip("s")) <= 10.0 + LOADED_GRACE_S, (when, observed[when])
     assert observed["plain_unkeyed_failures"] == [], "unkeyed sends went to the partitions that are up"
     stores = [f"partition-{k:03d}.sqlite3" for k in on_plain]
     for moment in ("plain_stores_while_down", "plain_stores_after_return"):

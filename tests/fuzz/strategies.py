@@ -494,7 +494,7 @@ def queue_options() -> st.SearchStrategy[dict[str, Arg]]:
 
 def queue_changes() -> st.SearchStrategy[dict[str, Arg]]:
     """The changes given to update_queue: known options (immutable ones included) and unknown keys."""
-    unknown = st.dictionaries(st.sampled_from(["enable_express", "auto_delete_on_idle", "name", "Status", ""]),
+    unknown = st.dictionaries(st.sampled_from(["express", "autoDeleteOnIdle", "name", "Status", ""]),
                               tag(st.integers(), Verdict.INVALID, "unknown option"), max_size=1)
     return st.tuples(queue_options(), mostly(st.just({}), unknown, one_in=10)).map(lambda t: {**t[0], **t[1]})
 
