@@ -72,7 +72,10 @@ def queue_name() -> str:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    long_run = bool(config.getoption("--long"))
     for item in items:
         fixtures = getattr(item, "fixturenames", ())
         if "ray_instance" in fixtures or "namespace" in fixtures:
             item.add_marker(pytest.mark.ray)
+        if not long_run and item.get_closest_marker("slow") is not None:
+            item.add_marker(pytest.mark.skip(reason="a long run: selected with --long"))

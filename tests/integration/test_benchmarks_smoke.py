@@ -1,6 +1,8 @@
 """The benchmark instruments in tiny configurations: each produces a well-formed JSON document.
 
 No timing is asserted: these runs are far too small (and the machine too shared) to mean anything.
+The instruments that take longest even when tiny run with --long; the default run keeps the
+scale matrix, the Redis baseline and the operator actions with the console open.
 """
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ def well_formed(doc: dict[str, Any], name: str) -> dict[str, Any]:
     return doc
 
 
+@pytest.mark.slow
 def test_suite_main_prints_one_json_document_with_p1_p3_and_the_engine(ray_instance: None,
                                                             capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["--rounds", "1", "--batches", "2", "--warmup", "1", "--samples", "3", "--gap", "0.01", "--no-redis"]
@@ -69,6 +72,7 @@ def test_scale_covers_every_partition_and_client_count(ray_instance: None) -> No
     assert scale.table(doc)
 
 
+@pytest.mark.slow
 def test_p5_samples_every_partition(ray_instance: None) -> None:
     config = p5_memory.P5Config(messages=300, batch_size=100, sample_every=100)
     doc = well_formed(p5_memory.run(config), "p5_memory")
@@ -78,6 +82,7 @@ def test_p5_samples_every_partition(ray_instance: None) -> None:
     assert p5_memory.table(doc)
 
 
+@pytest.mark.slow
 def test_p6_recovers_without_losing_messages(ray_instance: None) -> None:
     config = p6_recovery.P6Config(messages=200, trials=1, batch_size=100)
     doc = well_formed(p6_recovery.run(config), "p6_recovery")
@@ -86,6 +91,7 @@ def test_p6_recovers_without_losing_messages(ray_instance: None) -> None:
     assert p6_recovery.table(doc)
 
 
+@pytest.mark.slow
 def test_async_senders_compares_async_and_sync_sending(ray_instance: None) -> None:
     config = async_senders.AsyncSendersConfig(batches=4, warmup=1, senders=2, rounds=1, batch_size=10)
     doc = well_formed(async_senders.run(config), "async_senders")
@@ -94,6 +100,7 @@ def test_async_senders_compares_async_and_sync_sending(ray_instance: None) -> No
     assert [t["threshold"] for t in doc["targets"]] == [1.5]
 
 
+@pytest.mark.slow
 def test_group_commit_compares_both_ways_of_taking_calls(ray_instance: None) -> None:
     config = group_commit.GroupCommitConfig(senders=2, receivers=2, batches=3, rounds=1, engine_calls=5,
                                             durabilities=["normal"])
@@ -106,6 +113,7 @@ def test_group_commit_compares_both_ways_of_taking_calls(ray_instance: None) -> 
     assert [t["threshold"] for t in doc["targets"]] == [1.3, 1.3]
 
 
+@pytest.mark.slow
 def test_topic_fanout_measures_the_engine_and_a_namespace(ray_instance: None) -> None:
     config = topic_fanout.FanoutConfig(subscriptions=[1, 3], rounds=1, batches=2, warmup=1, batch_size=20)
     doc = well_formed(topic_fanout.run(config), "topic_fanout")
@@ -117,6 +125,7 @@ def test_topic_fanout_measures_the_engine_and_a_namespace(ray_instance: None) ->
     assert topic_fanout.table(doc)
 
 
+@pytest.mark.slow
 def test_projection_reports_cpu_per_message_by_process_and_projects_it(ray_instance: None) -> None:
     config = projection.ProjectionConfig(partitions=[1, 2], clients=[1, 2], cores=[4, 64], batches=4, warmup=1,
                                          batch_size=50, min_window=0.5)
