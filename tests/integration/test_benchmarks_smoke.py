@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from benchmarks import (async_senders, group_commit, operator_actions, p5_memory, p6_recovery, projection, scale,
-                        suite, topic_fanout)
+from benchmarks import (async_senders, emulator_start, group_commit, operator_actions, p5_memory, p6_recovery,
+                        projection, scale, suite, topic_fanout)
 from benchmarks.baselines import redis_server
 from benchmarks.console_watch import browser_missing
 
@@ -171,3 +171,11 @@ def test_operator_actions_purges_and_resubmits_everything_it_counts_with_the_con
         assert doc["console_open"]["console"]["api_calls"] > 0, "the page kept refreshing"
         assert set(doc["console_open"]["vs_closed"]) == {"purge", "resubmit", "resubmit_filtered"}
         assert "console open" in operator_actions.table(doc)
+
+
+@pytest.mark.slow
+def test_emulator_start_times_a_start_and_a_stop() -> None:
+    doc = well_formed(emulator_start.run(emulator_start.EmulatorStartConfig(starts=1)), "emulator_start")
+    (start,) = doc["starts"]
+    assert 0 < start["healthy_s"] <= start["ready_s"] and start["stopped_s"] > 0
+    assert "/health 200" in emulator_start.table(doc)
