@@ -15,7 +15,7 @@ into a `Ledger`; the run ends when every acknowledged message is completed and b
 empty, and the ledger then checks the guarantees (see `Ledger.violations`).
 
 Senders retry a batch that raised with the same message ids (the broker is at-least-once), so
-the ledger tolerates extra copies. The CI run sends 20,000 messages; `--long` sends 200,000. Only
+the ledger tolerates extra copies. The CI run sends 10,000 messages; `--long` sends 200,000. Only
 correctness is asserted; an overall deadline turns a hang into a failure with a report.
 """
 from __future__ import annotations
@@ -45,7 +45,7 @@ from .ledger import MAX_LISTED, Delivery, Ledger
 NAMESPACE = "chaos"
 QUEUE = "chaos-keyed-unkeyed"
 SESSION_QUEUE = "chaos-sessions"
-CI_MESSAGES = 20_000
+CI_MESSAGES = 10_000
 LONG_MESSAGES = 200_000
 CI_DEADLINE_S = 900.0
 LONG_DEADLINE_S = 3 * 3600.0

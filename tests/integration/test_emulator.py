@@ -42,6 +42,10 @@ STOPPED_WITHIN_S = 30.0
 REFUSED_WITHIN_S = 20.0
 WAIT_S = 5
 QUEUES_PAST_CAP = 60
+ROUTED = {"warehouse-berlin": 1, "express": 1, "audit": 3}
+"""How many of the three messages sent to the topic each subscription's rules select."""
+NOTHING_MORE_S = 1.0
+"""How long a receive waits to show that a subscription holds nothing more."""
 CONNECTIONS_PAST_CAP = 25
 
 
@@ -259,7 +263,8 @@ def test_the_files_rules_route_a_topics_messages_and_the_sql_action_applies(conn
         for sub in ("warehouse-berlin", "express", "audit"):
             with client.get_subscription_receiver("shipments", sub, max_wait_time=WAIT_S) as receiver:
                 messages = []
-                while batch := receiver.receive_messages(max_message_count=10, max_wait_time=WAIT_S):
+                while batch := receiver.receive_messages(
+                        max_message_count=10, max_wait_time=WAIT_S if len(messages) < ROUTED[sub] else NOTHING_MORE_S):
                     for message in batch:
                         receiver.complete_message(message)
                     messages.extend(batch)

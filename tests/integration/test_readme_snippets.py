@@ -96,6 +96,7 @@ def test_the_main_snippets_run_in_a_process_of_their_own_without_ray_notices(tmp
 
 
 @pytest.mark.ray
+@pytest.mark.slow
 def test_the_async_snippet_alone_prints_none_of_rays_notices(tmp_path: Path) -> None:
     """Its `rba.start` starts Ray off the main thread (the library's thread for blocking calls)."""
     ray_tmpdir = short_tmpdir("rb-readme-")

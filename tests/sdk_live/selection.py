@@ -75,25 +75,17 @@ management tests, which delete every queue and topic of their namespace, disturb
 
 FAST: tuple[str, ...] = (
     "mgmt_tests/test_mgmt_namespaces.py::TestServiceBusManagementClientNamespace::test_mgmt_namespace_get_properties",
-    "mgmt_tests/test_mgmt_queues.py::TestServiceBusAdministrationClientQueue::test_mgmt_queue_list_basic",
     "mgmt_tests/test_mgmt_queues.py::TestServiceBusAdministrationClientQueue::test_mgmt_queue_create_by_name",
     "mgmt_tests/test_mgmt_queues.py::TestServiceBusAdministrationClientQueue::"
     "test_mgmt_queue_get_runtime_properties_basic",
-    "mgmt_tests/test_mgmt_topics.py::TestServiceBusAdministrationClientTopicTests::"
-    "test_mgmt_topic_create_with_topic_description",
     "mgmt_tests/test_mgmt_subscriptions.py::TestServiceBusAdministrationClientSubscription::"
     "test_mgmt_sub_create_w_sub_desc",
     "mgmt_tests/test_mgmt_rules.py::TestServiceBusAdministrationClientRule::test_mgmt_rule_create",
     "mgmt_tests/test_topic_filter_counts_live.py::TestServiceBusAdministrationClientTopicFilterCounts::"
     "test_topic_filter_counts_live",
-    "mgmt_tests/async/test_mgmt_rules_async.py::TestServiceBusAdministrationClientRuleAsync::"
-    "test_async_mgmt_rule_create",
-    "test_queues.py::TestServiceBusQueue::test_queue_by_servicebus_client_browse_messages_client",
     "test_queues.py::TestServiceBusQueue::test_queue_complete_message_on_different_receiver",
     "test_queues.py::TestServiceBusQueue::test_state_deferred",
     "test_sb_client.py::TestServiceBusClient::test_sb_client_writeonly_credentials",
-    "test_list_sessions.py::TestServiceBusListSessions::test_list_queue_sessions_with_active_messages",
-    "test_sessions.py::TestServiceBusSession::test_session_by_servicebus_client_browse_messages_client",
     "async_tests/test_queues_async.py::TestServiceBusQueueAsync::"
     "test_async_queue_by_queue_client_conn_str_receive_handler_peeklock",
     "async_tests/test_queues_async.py::TestServiceBusQueueAsync::"
