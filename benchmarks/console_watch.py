@@ -36,8 +36,11 @@ class ConsoleWatch:
 
     url: str
     api_calls: int = 0
-    """Console API calls the page made (its refreshes' requests), counted when it closes."""
+    """Console API calls the page made while the block ran (its refreshes' requests)."""
     seconds: float = 0.0
+    refreshed: bool = False
+    """Whether the page made a call of its own after the block began (checked when it ends,
+    waiting for the next refresh if the block was shorter than one)."""
 
     @property
     def calls_per_s(self) -> float:
@@ -117,14 +120,21 @@ def console_open(ns: rb.Namespace, page: str = "#/") -> Iterator[ConsoleWatch]:
             yield watch
             watch.seconds = time.perf_counter() - began
             watch.api_calls = int(driver.execute_script(API_CALLS_SCRIPT)) - calls_before
+            _wait_for_calls(driver, calls_before + 1)
+            watch.refreshed = True
         finally:
             driver.quit()
 
 
 def _wait_for_figures(driver: Any) -> None:
     """Wait until the page has made its first console API call (it shows figures)."""
+    _wait_for_calls(driver, 1)
+
+
+def _wait_for_calls(driver: Any, calls: int) -> None:
+    """Wait until the page has made `calls` console API calls since it opened."""
     deadline = time.monotonic() + LISTEN_WAIT_S
-    while int(driver.execute_script(API_CALLS_SCRIPT)) == 0:
+    while int(driver.execute_script(API_CALLS_SCRIPT)) < calls:
         if time.monotonic() > deadline:
-            raise ConsoleUnavailable(f"the console page made no API call within {LISTEN_WAIT_S:g} s")
+            raise ConsoleUnavailable(f"the console page made no API call of its own within {LISTEN_WAIT_S:g} s")
         time.sleep(0.1)

@@ -119,7 +119,8 @@ def _actions(ns: rb.Namespace, config: OperatorConfig, console: bool) -> dict[st
     if watches:
         calls, seconds = sum(w.api_calls for w in watches), sum(w.seconds for w in watches)
         results["console"] = {"api_calls": calls, "seconds": round(seconds, 1),
-                              "calls_per_s": round(rate(calls, seconds), 2)}
+                              "calls_per_s": round(rate(calls, seconds), 2),
+                              "refreshed": all(w.refreshed for w in watches)}
     return results
 
 
