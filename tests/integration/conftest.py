@@ -37,6 +37,13 @@ def amqp_namespace(ray_instance: None) -> Iterator[rb.Namespace]:
 
 
 @pytest.fixture(scope="module")
+def port(amqp_namespace: rb.Namespace) -> int:
+    """The AMQP port of the module's AMQP namespace."""
+    assert amqp_namespace.config.amqp_port is not None
+    return amqp_namespace.config.amqp_port
+
+
+@pytest.fixture(scope="module")
 def conn_str(amqp_namespace: rb.Namespace) -> str:
     """The connection string of the module's AMQP namespace (its root key)."""
     return amqp_connection_string(amqp_namespace)

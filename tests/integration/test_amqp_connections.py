@@ -26,12 +26,6 @@ ABORTS = 120
 
 
 @pytest.fixture(scope="module")
-def port(amqp_namespace: rb.Namespace) -> int:
-    assert amqp_namespace.config.amqp_port is not None
-    return amqp_namespace.config.amqp_port
-
-
-@pytest.fixture(scope="module")
 def key(amqp_namespace: rb.Namespace) -> SasKey:
     return amqp_namespace.config.shared_access_keys()[0]
 

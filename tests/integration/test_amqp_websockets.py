@@ -33,12 +33,6 @@ def queue(amqp_namespace: rb.Namespace) -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def port(amqp_namespace: rb.Namespace) -> int:
-    assert amqp_namespace.config.amqp_port is not None
-    return amqp_namespace.config.amqp_port
-
-
-@pytest.fixture(scope="module")
 def tls_conn_str(amqp_namespace: rb.Namespace) -> str:
     """A connection string without `UseDevelopmentEmulator=true`, so the SDK speaks TLS (the port
     comes from `custom_endpoint_address`)."""
