@@ -26,7 +26,7 @@ from ..errors import (
     ServiceBusError,
     SessionLockLostError,
 )
-from ..message import Message, ReceivedMessage, envelope_from_wire, schedule_time_epoch
+from ..message import MAX_ID_LENGTH, Message, ReceivedMessage, envelope_from_wire, schedule_time_epoch
 from ..sku import Sku
 from ..wire import Settlement
 
@@ -86,9 +86,10 @@ def receive_target(entity: str, *, receive_mode: Any, sub_queue: Any, session_id
         if sub_queue is not None:
             raise InvalidOperationError("dead-letter sub-queues have no sessions; open them without session_id")
         if session_id is not NEXT_AVAILABLE_SESSION:
-            if not isinstance(session_id, str) or len(session_id) > 128:  # "" is a session too, as on Service Bus
+            if not isinstance(session_id, str) or len(session_id) > MAX_ID_LENGTH:  # "" is a session too, as on Service Bus
                 raise InvalidArgumentError(
-                    f"session_id must be a str of at most 128 characters or NEXT_AVAILABLE_SESSION, got {session_id!r}")
+                    f"session_id must be a str of at most {MAX_ID_LENGTH} characters or NEXT_AVAILABLE_SESSION, "
+                    f"got {session_id!r}")
     if isinstance(prefetch_count, bool) or not isinstance(prefetch_count, int) or not 0 <= prefetch_count <= MAX_RECEIVE_COUNT:
         raise InvalidArgumentError(f"prefetch_count must be an int from 0 to {MAX_RECEIVE_COUNT}, got {prefetch_count!r}")
     if partitions is not None and session_id is not None:

@@ -11,8 +11,9 @@ from typing import Any, Callable, Iterable, NamedTuple
 from ..entities import SUBSCRIPTIONS_SEGMENT
 from ..errors import InvalidArgumentError, InvalidOperationError, MessagingEntityNotFoundError
 from ..filters import CorrelationFilter, RuleProperties, SqlFilter, compile_rules, rule_to_wire
-from ..message import Message, ReceivedMessage
+from ..message import MAX_ID_LENGTH, Message, ReceivedMessage
 from ..protocol import SUB_QUEUE_NUMBERS, SubQueue, make_sequence_number
+from .core import MAX_RECEIVE_COUNT
 from .flow import Flow, request
 from .management import MANAGEMENT_TIMEOUT_S
 
@@ -24,10 +25,7 @@ RESUBMIT_WAIT_S = 2.0
 """How long a resubmit waits for more dead letters before it is done."""
 PEEK_PAGE = 250
 """How many messages a filtered peek browses at a time."""
-MAX_PEEK_PAGE = 10_000
-"""The most messages one peek call browses (a larger peek takes several)."""
 PEEK_TIMEOUT_S = 30.0
-MAX_SESSION_ID = 128
 
 Selector = Callable[[ReceivedMessage], bool]
 """Whether a message is one an operator action takes."""
@@ -235,13 +233,13 @@ def peek(entity: str, max_message_count: Any, *, sequence_number: Any, sub_queue
         if subq != SUB_QUEUE_NUMBERS[None]:
             raise InvalidOperationError("dead-letter sub-queues have no sessions; peek them without session_id",
                                         entity=entity)
-        if not isinstance(session_id, str) or len(session_id) > MAX_SESSION_ID:  # "" is a session too
-            raise InvalidArgumentError(f"session_id must be a str of at most {MAX_SESSION_ID} characters (the "
+        if not isinstance(session_id, str) or len(session_id) > MAX_ID_LENGTH:  # "" is a session too
+            raise InvalidArgumentError(f"session_id must be a str of at most {MAX_ID_LENGTH} characters (the "
                                        f"session to peek), got {session_id!r:.160}")
     name = (yield from holder(entity))["name"]
     found: list[ReceivedMessage] = []
     while len(found) < count and (end is None or start < end):
-        want = min(count - len(found) if selects is None else PEEK_PAGE, MAX_PEEK_PAGE)
+        want = min(count - len(found) if selects is None else PEEK_PAGE, MAX_RECEIVE_COUNT)
         if session_id is None:
             records = yield request("peek", name, subq, None, start, want, end, timeout=PEEK_TIMEOUT_S)
         else:
