@@ -7,6 +7,7 @@ from typing import Any
 from ..client.core import DEFAULT_TIMEOUT_S, MessageBatch
 from ..client.flow import run_async
 from ..client.sending import SenderBase
+from ..message import ReceivedMessage
 from .closing import Closing
 
 
@@ -31,6 +32,12 @@ class Sender(SenderBase, Closing):
                             transaction: Any = None) -> None:
         """Send a message, a list of messages or a `MessageBatch` in one call."""
         await run_async(self._link, self._send(message, timeout, transaction))
+
+    async def send_and_peek_session(self, message: Any, *,
+                                    timeout: float | None = DEFAULT_TIMEOUT_S) -> list[ReceivedMessage]:
+        """Send messages of one session and browse that session right after them, in one call to
+        its partition, as `rb.Sender.send_and_peek_session` does."""
+        return await run_async(self._link, self._send_peek_session(message, timeout))
 
     async def send_message_batches(self, batches: list[Any], *, timeout: float | None = DEFAULT_TIMEOUT_S) -> None:
         """Send several batches in as few calls as routing allows: each a `MessageBatch` (or a

@@ -58,12 +58,13 @@ def split_path(entity: str) -> tuple[str, str | None]:
     return entity[:at], entity[at + len(SUBSCRIPTIONS_SEGMENT):]
 
 
-def holder(entity: str) -> Flow[dict[str, Any]]:
-    """The definition of the queue or subscription `entity` names; `InvalidOperationError` for a
-    topic (which holds no messages of its own), `MessagingEntityNotFoundError` when absent."""
+def holder(entity: str, fresh: bool = True) -> Flow[dict[str, Any]]:
+    """The definition of the queue or subscription `entity` names (read from a partition, or from
+    the router's cache of the last seconds unless `fresh`); `InvalidOperationError` for a topic
+    (which holds no messages of its own), `MessagingEntityNotFoundError` when absent."""
     topic, subscription = split_path(entity)
     name = topic if subscription is None else f"{topic}{SUBSCRIPTIONS_SEGMENT}{subscription}"
-    definition = yield request("definition", name, True, timeout=MANAGEMENT_TIMEOUT_S)
+    definition = yield request("definition", name, fresh, timeout=MANAGEMENT_TIMEOUT_S)
     if definition["kind"] == "topic":
         raise InvalidOperationError(f"{entity!r} is a topic, which holds no messages of its own: name one of its "
                                     f"subscriptions as {entity}/Subscriptions/SUB", entity=entity)
@@ -236,7 +237,7 @@ def peek(entity: str, max_message_count: Any, *, sequence_number: Any, sub_queue
         if not isinstance(session_id, str) or len(session_id) > MAX_ID_LENGTH:  # "" is a session too
             raise InvalidArgumentError(f"session_id must be a str of at most {MAX_ID_LENGTH} characters (the "
                                        f"session to peek), got {session_id!r:.160}")
-    name = (yield from holder(entity))["name"]
+    name = (yield from holder(entity, fresh=False))["name"]   # a partition that lost the entity says so
     found: list[ReceivedMessage] = []
     while len(found) < count and (end is None or start < end):
         want = min(count - len(found) if selects is None else PEEK_PAGE, MAX_RECEIVE_COUNT)
@@ -248,6 +249,8 @@ def peek(entity: str, max_message_count: Any, *, sequence_number: Any, sub_queue
             break
         page = [ReceivedMessage(r, peeked=True) for r in records]
         found += [m for m in page if selects is None or selects(m)][:count - len(found)]
+        if len(records) < want:   # a short page: nothing more in the range
+            break
         start = page[-1].sequence_number + 1
     return found
 

@@ -5,6 +5,7 @@ from datetime import datetime
 from types import TracebackType
 from typing import Any
 
+from ..message import ReceivedMessage
 from .core import DEFAULT_TIMEOUT_S
 from .flow import run
 from .sending import SenderBase
@@ -31,6 +32,16 @@ class Sender(SenderBase):
     def send_messages(self, message: Any, *, timeout: float | None = DEFAULT_TIMEOUT_S, transaction: Any = None) -> None:
         """Send a message, a list of messages or a `MessageBatch` in one call."""
         run(self._link, self._send(message, timeout, transaction))
+
+    def send_and_peek_session(self, message: Any, *, timeout: float | None = DEFAULT_TIMEOUT_S) -> list[ReceivedMessage]:
+        """Send messages of one session (a message, or a list of them with one `session_id`) to a
+        session-enabled queue and browse that session as it stands right after them, in one call
+        to the session's partition and one store commit, so that nothing comes between the two:
+        the session's messages in sequence order (up to 10,000), the new ones last, without
+        taking the session's lock. An ordered log per key with read-your-write: a writer learns
+        what was stored before its record (the Ray Serve result store decides races this way).
+        `InvalidOperationError` for an entity without sessions or messages of several sessions."""
+        return run(self._link, self._send_peek_session(message, timeout))
 
     def send_message_batches(self, batches: list[Any], *, timeout: float | None = DEFAULT_TIMEOUT_S) -> None:
         """Send several batches in as few calls as routing allows: each a `MessageBatch` (or a

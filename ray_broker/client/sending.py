@@ -13,7 +13,8 @@ from ..errors import InvalidArgumentError, InvalidOperationError
 from ..protocol import NAMED_PRODUCER_PREFIX
 from ..routing.planner import batch_number, check_sticky_batches, next_run
 from ..sku import Sku
-from .core import DEFAULT_TIMEOUT_S, MessageBatch, envelopes_for_send, new_batch, schedule_epoch, sequence_list, wait_seconds
+from ..message import ReceivedMessage
+from .core import DEFAULT_TIMEOUT_S, MAX_RECEIVE_COUNT, MessageBatch, envelopes_for_send, new_batch, schedule_epoch, sequence_list, wait_seconds
 from .flow import Call, Flow, Link, request
 from .transacting import check_transaction
 
@@ -109,6 +110,16 @@ class SenderBase:
             wait = wait_seconds(timeout, DEFAULT_TIMEOUT_S)
             yield from self._sending(request("send", self.entity_name, envelopes, wait,
                                              (NAMED_PRODUCER_PREFIX + producer_id, batch_number), timeout=wait))
+
+    def _send_peek_session(self, message: Any, timeout: float | None) -> Flow[list[ReceivedMessage]]:
+        self._check_open()
+        envelopes = envelopes_for_send(self._sku, message)
+        if not envelopes:
+            raise InvalidArgumentError("send_and_peek_session needs at least one message to send")
+        wait = wait_seconds(timeout, DEFAULT_TIMEOUT_S)
+        _, records = yield from self._sending(request("send_peek_session", self.entity_name, envelopes, wait,
+                                                      self._tag(), MAX_RECEIVE_COUNT, timeout=wait))
+        return [ReceivedMessage(record, peeked=True) for record in records]
 
     def _schedule(self, messages: Any, schedule_time_utc: datetime, timeout: float | None) -> Flow[list[int]]:
         self._check_open()

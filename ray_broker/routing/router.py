@@ -34,7 +34,7 @@ from .reaching import PartitionReach
 from .receiving import Hints
 from .sending import Sends
 
-DATA_OPERATIONS = ("send", "send_batches", "cancel_scheduled", "commit_transaction", "receive", "settle",
+DATA_OPERATIONS = ("send", "send_batches", "send_peek_session", "cancel_scheduled", "commit_transaction", "receive", "settle",
                    "close_receiver", "receive_deferred", "peek", "peek_session", "accept_session", "session_call",
                    "definition", "purge")
 """The operations clients run on a router (a definition too: a direct client keeps its own cache
@@ -65,6 +65,7 @@ class Router:
         self.operations: dict[str, Callable[..., Awaitable[Any]]] = {
             "send": self.sends.send,
             "send_batches": self.sends.send_batches,
+            "send_peek_session": self.sends.send_peek_session,
             "cancel_scheduled": self.sends.cancel_scheduled,
             "commit_transaction": self.sends.commit_transaction,
             "receive": self.receives.receive,

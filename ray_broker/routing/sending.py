@@ -9,9 +9,10 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Awaitable, Iterator, Sequence
 
-from ..errors import PartitionUnavailableError
+from ..errors import InvalidOperationError, PartitionUnavailableError
+from ..protocol import MAIN
 from ..sku import Sku
-from ..wire import CancelScheduled, CommitTransaction, Send, TransactionOperation
+from ..wire import CancelScheduled, CommitTransaction, Peek, Send, TransactionOperation
 from . import planner
 from .channel import PartitionUnavailable
 from .definitions import Definitions
@@ -196,6 +197,33 @@ class Sends:
                 continue
         moved_in_doubt(k, call, "stayed unavailable after a send that may have reached it")
         return None
+
+    async def send_peek_session(self, entity: str, envelopes: list[dict[str, Any]], timeout: float,
+                                producer: tuple[str, int] | None, max_count: int) -> list[Any]:
+        """Store messages of one session and browse that session as it stands right after them, in
+        one call to its partition (one store commit, so nothing comes between the two):
+        `[sequence numbers, records]`, the records (up to `max_count`, in sequence order) those
+        stored before and the new ones. A retry after a lost reply stores nothing twice (`producer`
+        tags the batch). `InvalidOperationError` unless the entity requires sessions and every
+        message names the same session."""
+        deadline = self._reach.clock() + timeout
+        definition = await self._definitions.get(entity)
+        sessions = {envelope.get("session_id") for envelope in envelopes}
+        if not definition["options"]["requires_session"] or len(sessions) != 1 or None in sessions:
+            raise InvalidOperationError(
+                f"send_peek_session needs a session-enabled entity and messages of one session; {definition['name']!r}"
+                f" {'requires' if definition['options']['requires_session'] else 'does not require'} sessions and "
+                f"the messages name sessions {sorted(map(str, sessions))}", entity=entity)
+        plan = self.plan(definition, [(envelopes, producer)])
+        single = plan.single()
+        assert single is not None, "messages of one session go to one partition"
+        k, call, indexes = single
+        session_id = str(next(iter(sessions)))
+        seqs, records = await self._reach.keyed_calls(
+            k, [call, Peek(plan.entity, MAIN, 0, max_count, session_id, None)], deadline=deadline, entity=entity)
+        result: list[int | None] = [None] * len(envelopes)
+        self.place(result, indexes, seqs, plan.entity, k)
+        return [result, records]
 
     async def commit_transaction(self, index: int, transaction_id: str, deadline: float,
                                  operations: list[TransactionOperation], timeout: float) -> list[Any]:

@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from ..errors import MessageSizeExceededError, ServiceBusError
+from ..errors import InvalidArgumentError, InvalidOperationError, MessageSizeExceededError, ServiceBusError
 from ..message import Message, ReceivedMessage
 from .codec import TaskCall, TaskEncodingError
 from .context import TaskContext, enter
@@ -162,11 +162,30 @@ class Consumer:
         finally:
             self.counts.running.discard(task_id)
         try:
-            await self._store.write(task_id, TaskRecord(TaskStatus.SUCCESS, self._store.now(), attempt, result=result))
+            await self._succeed(message, TaskRecord(TaskStatus.SUCCESS, self._store.now(), attempt, result=result))
         except (TaskEncodingError, MessageSizeExceededError) as e:
             await self._fail(message, result_not_encodable(decision.name, e))
             return
         self.counts.succeeded += 1
+
+    async def _succeed(self, message: ReceivedMessage, record: TaskRecord) -> None:
+        """Store the SUCCESS and complete the task: in one transaction (one call, all or nothing)
+        when the task's message and its records share a partition, else one after the other."""
+        task_id = message.message_id or ""
+        try:
+            async with self._ns.transaction() as txn:
+                await self._store.write(task_id, record, transaction=txn)
+                await self._receiver.complete_message(message, transaction=txn)
+            return
+        except (InvalidArgumentError, MessageSizeExceededError):   # the result cannot be stored
+            raise
+        except InvalidOperationError:   # refused before anything was sent: the two live apart
+            pass
+        except ServiceBusError as e:   # the lock lapsed: neither was kept, and the task runs again
+            log.warning("task %r of %r: completing failed (%s: %s); it will be delivered again", task_id,
+                        self._queue, type(e).__name__, e)
+            return
+        await self._store.write(task_id, record)
         await self._settle("complete", message)
 
     async def _call(self, call: TaskCall, task: TaskContext) -> Any:

@@ -181,6 +181,29 @@ async def test_peeking_a_session_takes_no_lock_so_a_receiver_may_hold_it(namespa
         namespace.peek_messages(q, session_id=7)  # type: ignore[arg-type]
 
 
+async def test_send_and_peek_session_stores_and_reads_the_session_back_in_one_call(namespace: rb.Namespace) -> None:
+    q, plain = name("append-session"), name("append-plain")
+    namespace.create_queue(q, requires_session=True, enable_partitioning=True)
+    namespace.create_queue(plain, enable_partitioning=True)
+    with namespace.get_queue_sender(q) as sender:
+        sender.send_messages([Message("other", session_id="b"), Message("a-0", session_id="a")])
+        after = sender.send_and_peek_session(Message("a-1", session_id="a", message_id="mine"))
+        assert [(bytes(m.body), m.session_id) for m in after] == [(b"a-0", "a"), (b"a-1", "a")]
+        assert after[-1].message_id == "mine" and after[-1].sequence_number > after[0].sequence_number
+        with pytest.raises(rb.errors.InvalidOperationError, match="messages of one session"):
+            sender.send_and_peek_session([Message("x", session_id="a"), Message("y", session_id="b")])
+    async with rba.Namespace(namespace.config) as ans:
+        async with ans.get_queue_sender(q) as sender:
+            both = await sender.send_and_peek_session([Message("a-2", session_id="a"), Message("a-3", session_id="a")])
+            assert [bytes(m.body) for m in both] == [b"a-0", b"a-1", b"a-2", b"a-3"]
+        async with ans.get_queue_sender(plain) as sender:
+            with pytest.raises(rb.errors.InvalidOperationError, match="does not require sessions"):
+                await sender.send_and_peek_session(Message("x", session_id="a"))
+    assert namespace.get_queue_runtime_properties(plain).active_message_count == 0, "a refused call stores nothing"
+    with namespace.get_queue_receiver(q, session_id="a") as receiver:   # peeking locked nothing
+        assert [bytes(m.body) for m in receiver.receive_messages(10, max_wait_time=5)] == [b"a-0", b"a-1", b"a-2", b"a-3"]
+
+
 async def test_async_resubmit_by_filter_and_filtered_peek(namespace: rb.Namespace) -> None:
     q = name("aio-filter")
     namespace.create_queue(q)
