@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from typing import Any, Callable, Dict, List, Optional
 
@@ -63,6 +64,8 @@ class BrokerTaskProcessorAdapter(TaskProcessorAdapter):
         self._concurrency = DEFAULT_CONSUMER_CONCURRENCY
         self._loop: LoopThread | None = None
         self._consumer: Consumer | None = None
+        self._sync: Any = None
+        self._sync_lock = threading.Lock()
 
     # ------------------------------------------------------------------ setup
 
@@ -110,8 +113,19 @@ class BrokerTaskProcessorAdapter(TaskProcessorAdapter):
         """Send one task; options: `task_id` (an enqueue repeated with one id is stored once),
         `countdown` (s) or `eta` (aware datetime). Bad arguments raise before anything is sent."""
         message = task_message(task_name, args, kwargs, options)
-        self._ready().run(self._sender.send_messages(message))
+        self._sync_sender().send_messages(message)
         return TaskResult(id=message.message_id, status=TaskStatus.PENDING.value, created_at=time.time(), result=None)
+
+    def _sync_sender(self) -> Any:
+        """A sender of the sync client for the task queue: a sync enqueue is sent on the caller's
+        thread (one partition call there), not handed to the adapter's loop and back."""
+        self._ready().check_outside()
+        with self._sync_lock:
+            if self._sync is None:
+                import ray_broker as rb
+
+                self._sync = rb.Namespace(self._ns.config).get_queue_sender(self._config.queue_name)
+            return self._sync
 
     async def enqueue_task_async(self, task_name: str, args: Optional[Any] = None, kwargs: Optional[Any] = None,
                                  **options: Any) -> TaskResult:

@@ -25,11 +25,18 @@ class LoopThread:
 
     def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         """Run `coro` on the loop and wait for its result from this (other) thread."""
-        if threading.current_thread() is self._thread:
+        try:
+            self.check_outside()
+        except InvalidOperationError:
             coro.close()
+            raise
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def check_outside(self) -> None:
+        """`InvalidOperationError` when called on the loop's own thread, which a sync call would block."""
+        if threading.current_thread() is self._thread:
             raise InvalidOperationError("a sync adapter method was called from the adapter's own event loop "
                                         "(an async task handler): await its async variant instead")
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
     async def run_async(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run `coro` on the loop and await its result from the caller's loop."""
