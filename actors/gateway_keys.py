@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ray_broker.amqp.keyring import KeyRing, key_rows, load_keys, save_keys
 from ray_broker.config import NamespaceConfig
+from ray_broker.keys.keyring import KeyRing, key_rows, load_keys, save_keys
 
 
 class GatewayKeys:

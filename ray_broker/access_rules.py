@@ -19,9 +19,9 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
-from .amqp.keyring import rights_of
-from .amqp.sas import KEY_BYTES, SasKey
 from .errors import InvalidArgumentError
+from .keys.keyring import rights_of
+from .keys.sas import KEY_BYTES, SasKey
 
 _KEY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,255}")
 MAX_KEY_LENGTH = 256

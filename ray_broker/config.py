@@ -9,9 +9,9 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from . import codec
-from .amqp.sas import SasKey, root_keys
 from .engine.store import DURABILITY_MODES
 from .errors import InvalidArgumentError, InvalidOperationError, UnauthorizedError
+from .keys.sas import SasKey, root_keys
 from .sku import Sku, get_sku, partition_count_for
 
 RAY_NAMESPACE = "ray_broker"

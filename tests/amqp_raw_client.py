@@ -11,7 +11,7 @@ from typing import Callable
 
 from proton import Collector, Connection, Delivery, Endpoint, Link, Message, Transport
 
-from ray_broker.amqp.sas import SasKey, make_token
+from ray_broker.keys.sas import SasKey, make_token
 
 STEP_S = 0.05
 WAIT_S = 10.0

@@ -4,7 +4,6 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, AsyncIterator, Iterable, TypeVar
 
-from ..amqp.sas import SasKey
 from ..client import management, operating
 from ..client.direct import open_link
 from ..client.flow import Flow, request, run_async
@@ -23,6 +22,7 @@ from ..entities import (
 )
 from ..errors import InvalidArgumentError, MessageLockLostError
 from ..filters import RuleProperties, TrueFilter
+from ..keys.sas import SasKey
 from ..message import ReceivedMessage
 from ..protocol import SubQueue
 from .closing import Closing

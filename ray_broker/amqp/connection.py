@@ -59,6 +59,7 @@ from ..errors import (
     SessionLockLostError,
     UnauthorizedError,
 )
+from ..keys.sas import LISTEN, SEND, Claim, SasKey, audience_path, covers, token_audience_path, verify_token
 from ..protocol import ReceiveMode
 from ..sku import get_sku
 from .conditions import error_condition
@@ -70,7 +71,6 @@ from .mapping import decode_transfer, delivery_tag, encode_received
 from .outcomes import dead_letter_reason, settle_action
 from .sessions import SESSION_FILTER, SESSION_LOCKED_UNTIL, dotnet_ticks, session_filter, session_wait
 from .paths import EntityAddress, is_cbs, parse_address
-from .sas import LISTEN, SEND, Claim, SasKey, audience_path, covers, token_audience_path, verify_token
 
 if TYPE_CHECKING:
     from ..aio.handle import Namespace

@@ -1,7 +1,7 @@
 """Connection strings as the Azure SDKs read them, for a namespace's AMQP front end. Pure."""
 from __future__ import annotations
 
-from .sas import SasKey
+from ..keys.sas import SasKey
 
 
 def connection_string(host: str, port: int, key: SasKey) -> str:

@@ -36,13 +36,13 @@ from typing import TYPE_CHECKING, Any, Mapping, Protocol
 from proton import Delivery, Message, timestamp
 
 from ..errors import InvalidArgumentError, InvalidOperationError
+from ..keys.sas import LISTEN, MANAGE, SEND
 from ..protocol import ReceiveMode
 from .conditions import error_condition, status_code
 from .locks import HeldLock, HeldLocks
 from .mapping import encode_received, split_sections, wire_envelope
 from .paths import EntityAddress
 from .rules import described_rule, rule_from_description
-from .sas import LISTEN, MANAGE, SEND
 
 if TYPE_CHECKING:
     from ..aio.handle import Namespace

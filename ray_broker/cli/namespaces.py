@@ -8,8 +8,8 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from ..amqp.sas import ROOT_KEY_NAME
 from ..errors import InvalidOperationError, ReplicationWarning
+from ..keys.sas import ROOT_KEY_NAME
 from . import output
 from .options import DEFAULT_NAMESPACE, AddressOption, NamespaceOption, attach
 from .status import (

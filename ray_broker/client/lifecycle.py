@@ -30,7 +30,6 @@ from typing import Any, Callable, Generator, TypeVar, Union
 import ray
 from ray.exceptions import GetTimeoutError
 
-from ..amqp.sas import SasKey
 from ..config import (
     RAY_NAMESPACE,
     STORE_LABEL,
@@ -52,6 +51,7 @@ from ..errors import (
     ReplicationWarning,
     StoreLockedError,
 )
+from ..keys.sas import SasKey
 from .blocking import BLOCKING
 from .flow import drive, drive_async
 from .front_end_checks import check_amqp_extra, check_ports_free

@@ -9,8 +9,6 @@ from datetime import datetime, timedelta
 from typing import Any, Mapping, Sequence, TypedDict
 
 from ..access_rules import AuthorizationRule
-from ..amqp.keyring import keys_from_rows, rights_of
-from ..amqp.sas import SasKey
 from ..clock import to_epoch
 from ..entities import (
     FIXED_QUEUE_PROPERTIES,
@@ -42,6 +40,8 @@ from ..filters import (
     rule_from_wire,
     rule_to_wire,
 )
+from ..keys.keyring import keys_from_rows, rights_of
+from ..keys.sas import SasKey
 from ..sku import Sku
 from .flow import Flow, request
 

@@ -5,7 +5,6 @@ from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, Iterable, Iterator, TypeVar
 
-from ..amqp.sas import SasKey
 from ..config import NamespaceConfig
 from ..entities import (
     DEFAULT_DUPLICATE_WINDOW,
@@ -23,6 +22,7 @@ from ..entities import (
 )
 from ..errors import MessageLockLostError
 from ..filters import RuleProperties, TrueFilter
+from ..keys.sas import SasKey
 from ..message import ReceivedMessage
 from ..protocol import SubQueue
 from . import management, operating

@@ -12,8 +12,8 @@ import hmac
 import ipaddress
 from typing import Iterable, Mapping
 
-from ..amqp.sas import MANAGE, TOKEN_PREFIX, SasKey, verify_token
 from ..errors import UnauthorizedError
+from ..keys.sas import MANAGE, TOKEN_PREFIX, SasKey, verify_token
 
 BEARER = "bearer"
 AUTHORIZATION = "authorization"

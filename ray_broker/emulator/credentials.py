@@ -8,7 +8,7 @@ is created with random keys.
 """
 from __future__ import annotations
 
-from ..amqp.sas import RIGHTS, ROOT_KEY_NAME, SasKey
+from ..keys.sas import RIGHTS, ROOT_KEY_NAME, SasKey
 
 WELL_KNOWN_KEY_VALUE = "SAS_KEY_VALUE"
 """The key value in Microsoft's emulator connection strings."""

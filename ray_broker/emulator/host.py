@@ -25,7 +25,7 @@ import threading
 import time
 from typing import Any, Callable
 
-from ..amqp.sas import SasKey
+from ..keys.sas import SasKey
 from .applying import Applied, apply_config
 from .credentials import WELL_KNOWN_KEY, client_host, connection_string
 from .preflight import SKU, EmulatorPlan

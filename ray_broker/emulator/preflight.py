@@ -11,12 +11,12 @@ import os
 import socket
 from dataclasses import dataclass
 
-from ..amqp.keyring import load_keys
-from ..amqp.sas import SasKey
 from ..client.front_end_checks import check_amqp_extra, check_ports_free
 from ..config import NamespaceConfig, load_config
 from ..engine.store_lock import holder_of, refusal
 from ..errors import InvalidArgumentError, InvalidOperationError
+from ..keys.keyring import load_keys
+from ..keys.sas import SasKey
 from .config_file import DEFAULT_NAMESPACE, read_config
 from .credentials import WELL_KNOWN_KEY
 from .model import EmulatorConfig

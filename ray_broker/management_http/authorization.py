@@ -1,14 +1,15 @@
 """Who may use the management API: every request carries a SAS token (`Authorization`) that must
 grant Manage on what it touches; a forwarding target's supplementary token
 (`ServiceBusSupplementaryAuthorization`, `ServiceBusDlqSupplementaryAuthorization`), when sent,
-must be valid and grant Send on the target. Checked with the AMQP front end's SAS rules. Pure.
+must be valid and grant Send on the target. Checked with the namespace's SAS rules
+(`ray_broker.keys.sas`). Pure.
 """
 from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from ..amqp.sas import MANAGE, SEND, SasKey, verify_token
 from ..errors import UnauthorizedError
+from ..keys.sas import MANAGE, SEND, SasKey, verify_token
 
 AUTHORIZATION = "authorization"
 FORWARD_AUTHORIZATION = "servicebussupplementaryauthorization"

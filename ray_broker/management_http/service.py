@@ -14,7 +14,6 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Mapping
 
-from ..amqp.sas import SasKey
 from ..errors import (
     InvalidOperationError,
     MessagingEntityAlreadyExistsError,
@@ -25,6 +24,7 @@ from ..errors import (
     ServiceBusError,
     UnauthorizedError,
 )
+from ..keys.sas import SasKey
 from . import atom
 from .authorization import authorize, check_forwarding
 from .codecs import amqp_address

@@ -38,7 +38,7 @@ from azure.servicebus.management import (
 
 import ray_broker as rb
 from ray_broker.amqp.connection_string import connection_string
-from ray_broker.amqp.sas import SasKey, make_token
+from ray_broker.keys.sas import SasKey, make_token
 from ray_broker.management_http.certificate import certificate_path
 
 from .helpers import free_port

@@ -14,7 +14,7 @@ from azure.servicebus import ServiceBusClient, ServiceBusMessage
 from proton import Link
 
 import ray_broker as rb
-from ray_broker.amqp.sas import SasKey
+from ray_broker.keys.sas import SasKey
 from tests.amqp_raw_client import ACCEPTED, REJECTED, RawAmqpClient, encoded
 
 from .helpers import amqp_connection_string, drain

@@ -34,7 +34,7 @@ from azure.servicebus.exceptions import (
 
 import ray_broker as rb
 from ray_broker.amqp.connection_string import connection_string
-from ray_broker.amqp.sas import ROOT_KEY_NAME, make_token
+from ray_broker.keys.sas import ROOT_KEY_NAME, make_token
 
 WAIT_S = 5
 SETTLED_WITHIN_S = 5.0

@@ -25,10 +25,10 @@ from azure.servicebus import ServiceBusClient, ServiceBusMessage
 from azure.servicebus.aio import ServiceBusClient as AsyncServiceBusClient
 from azure.servicebus.management import CorrelationRuleFilter, ServiceBusAdministrationClient, SqlRuleFilter
 
-from ray_broker.amqp.sas import make_token
 from ray_broker.emulator.config_file import read_config
 from ray_broker.emulator.credentials import WELL_KNOWN_KEY
 from ray_broker.emulator.host import SCRATCH_PREFIX
+from ray_broker.keys.sas import make_token
 
 from .helpers import free_port, short_tmpdir
 

@@ -9,7 +9,6 @@ from proton import Condition, Delivery, symbol
 
 from ray_broker.amqp.conditions import error_condition, status_code
 from ray_broker.amqp.outcomes import dead_letter_reason, settle_action
-from ray_broker.amqp.sas import MANAGE, ROOT_KEY_NAME
 from ray_broker.config import check_start_options, load_config, plan_config, save_config
 from ray_broker.errors import (
     InvalidArgumentError,
@@ -18,6 +17,7 @@ from ray_broker.errors import (
     ServiceBusError,
     UnauthorizedError,
 )
+from ray_broker.keys.sas import MANAGE, ROOT_KEY_NAME
 
 NODES = [("node-a", None)]
 

@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 from proton import Data, Described
 
-from ray_broker.amqp.keyring import KeyRing, key_rows, keys_from_rows, load_keys, rights_of, save_keys
 from ray_broker.amqp.rules import (
     CORRELATION_FILTER_CODE,
     EMPTY_ACTION_CODE,
@@ -19,9 +18,10 @@ from ray_broker.amqp.rules import (
     described_rule,
     rule_from_description,
 )
-from ray_broker.amqp.sas import LISTEN, MANAGE, ROOT_KEY_NAME, SEND, root_keys
 from ray_broker.errors import InvalidArgumentError, InvalidOperationError, MessagingEntityNotFoundError
 from ray_broker.filters import CorrelationFilter, FalseFilter, RuleProperties, SqlFilter, SqlRuleAction, TrueFilter
+from ray_broker.keys.keyring import KeyRing, key_rows, keys_from_rows, load_keys, rights_of, save_keys
+from ray_broker.keys.sas import LISTEN, MANAGE, ROOT_KEY_NAME, SEND, root_keys
 
 
 def test_rights_are_taken_in_any_case_and_in_one_text() -> None:

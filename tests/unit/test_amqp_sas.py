@@ -6,7 +6,8 @@ from azure.servicebus._pyamqp.utils import generate_sas_token
 
 from ray_broker.access_rules import AuthorizationRule, normalize_rules, rules_from_wire
 from ray_broker.amqp.connection_string import connection_string
-from ray_broker.amqp.sas import (
+from ray_broker.errors import InvalidArgumentError, UnauthorizedError
+from ray_broker.keys.sas import (
     LISTEN,
     MANAGE,
     ROOT_KEY_NAME,
@@ -19,7 +20,6 @@ from ray_broker.amqp.sas import (
     token_audience_path,
     verify_token,
 )
-from ray_broker.errors import InvalidArgumentError, UnauthorizedError
 
 NOW = 1_800_000_000
 

@@ -9,11 +9,11 @@ from datetime import timedelta
 
 import pytest
 
-from ray_broker.amqp.sas import LISTEN, MANAGE, SEND, make_token, new_key
 from ray_broker.console import auth, views
 from ray_broker.entities import PartitionRuntimeProperties, QueueRuntimeProperties
 from ray_broker.errors import UnauthorizedError
 from ray_broker.filters import CorrelationFilter, RuleProperties, SqlFilter, SqlRuleAction
+from ray_broker.keys.sas import LISTEN, MANAGE, SEND, make_token, new_key
 from ray_broker.message import ReceivedMessage
 
 NOW = 1_800_000_000.0

@@ -13,8 +13,6 @@ from typing import Any
 
 import pytest
 
-from ray_broker.amqp.keyring import save_keys
-from ray_broker.amqp.sas import new_key
 from ray_broker.config import plan_config, save_config
 from ray_broker.emulator.config_file import DEFAULT_NAMESPACE, loads_config, parse_config, read_config
 from ray_broker.emulator.credentials import WELL_KNOWN_KEY, client_host, connection_string
@@ -22,6 +20,8 @@ from ray_broker.emulator.durations import duration_seconds
 from ray_broker.emulator.preflight import EmulatorOptions, plan_emulator
 from ray_broker.errors import EmulatorConfigError, InvalidArgumentError, InvalidOperationError, PortUnavailableError
 from ray_broker.filters import CorrelationFilter, SqlFilter, SqlRuleAction
+from ray_broker.keys.keyring import save_keys
+from ray_broker.keys.sas import new_key
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "emulator" / "Config.json"
 

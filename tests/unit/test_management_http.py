@@ -11,9 +11,9 @@ from typing import AsyncIterator
 import pytest
 from cryptography import x509
 
-from ray_broker.amqp.sas import LISTEN, MANAGE, SEND, make_token, new_key
 from ray_broker.amqp.streams import ByteReader, ByteWriter
 from ray_broker.errors import InvalidArgumentError, MessagingEntityNotFoundError, UnauthorizedError
+from ray_broker.keys.sas import LISTEN, MANAGE, SEND, make_token, new_key
 from ray_broker.management_http.authorization import authorize, check_forwarding
 from ray_broker.management_http.certificate import certificate_path, ensure_certificate, server_context
 from ray_broker.management_http.codecs import amqp_address
