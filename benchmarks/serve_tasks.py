@@ -2,15 +2,15 @@
 adapter on a local redis-server, same handlers, replicas and concurrency, same run.
 
 For each adapter and handler (a no-op, and a 50 ms sleep), a `@task_consumer` application of
-`--replicas` replicas (`max_ongoing_requests=--concurrency`) is deployed; one producer enqueues
-`--tasks` tasks one call at a time (each call timed: enqueue p50/p99) and then reads each task's
+`--replicas` replicas (`max_ongoing_requests=--concurrency`) is deployed and `--warmup` tasks run
+through it untimed; one producer enqueues `--tasks` tasks one call at a time (each call timed: enqueue p50/p99) and then reads each task's
 status back until it is SUCCESS. Tasks per second = tasks / (first enqueue to last SUCCESS read).
 Targets: the broker >= 1.0x Celery-on-Redis for the no-op, and >= 1.0x for the 50 ms handler.
 
 Celery needs `redis-server` on PATH (`apt-get install -y redis-server`) and `celery[redis]`
 (`pip install "ray-broker[bench]"`); without them its runs are skipped with a note.
 
-    python -m benchmarks.serve_tasks [--tasks 400 --replicas 2 --concurrency 8 --no-celery]
+    python -m benchmarks.serve_tasks [--tasks 400 --replicas 2 --concurrency 8 --warmup 20 --no-celery]
 """
 from __future__ import annotations
 
@@ -35,6 +35,8 @@ class ServeTasksConfig:
     replicas: int = 2
     concurrency: int = 8
     celery: bool = True
+    warmup: int = 20
+    """Tasks run through each application, untimed, before its timed tasks."""
 
 
 def consumer_app(config: Any, replicas: int, concurrency: int, seconds: float) -> Any:
@@ -63,6 +65,9 @@ def measure(config: Any, cfg: ServeTasksConfig, seconds: float) -> dict[str, Any
     serve.run(consumer_app(config, cfg.replicas, cfg.concurrency, seconds), name=app, route_prefix=None)
     try:
         producer = instantiate_adapter_from_config(config)
+        for task_id in [producer.enqueue_task_sync("work", args=[n]).id for n in range(cfg.warmup)]:
+            while producer.get_task_status_sync(task_id).status != "SUCCESS":   # untimed: connections made
+                time.sleep(STATUS_POLL_S)
         enqueue_s: list[float] = []
         ids: list[str] = []
         began = time.perf_counter()
@@ -142,10 +147,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tasks", type=int, default=400)
     p.add_argument("--replicas", type=int, default=2)
     p.add_argument("--concurrency", type=int, default=8)
+    p.add_argument("--warmup", type=int, default=20, help="untimed tasks before each timed run")
     p.add_argument("--no-celery", action="store_true", help="skip the Celery-on-Redis runs")
     args = p.parse_args(argv)
     cfg = ServeTasksConfig(tasks=args.tasks, replicas=args.replicas, concurrency=args.concurrency,
-                           celery=not args.no_celery)
+                           celery=not args.no_celery, warmup=args.warmup)
     return run_and_emit(run, table, cfg, args.json)
 
 

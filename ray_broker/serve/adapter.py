@@ -14,6 +14,7 @@ from .config import BrokerAdapterConfig, seconds
 from .consumer import Consumer
 from .decisions import revoke
 from .enqueue import task_message
+from .ids import StickyTaskIds
 from .loop import LoopThread
 from .queues import ensure_queues
 from .results import ResultStore
@@ -90,6 +91,7 @@ class BrokerTaskProcessorAdapter(TaskProcessorAdapter):
         self._store = ResultStore(self._ns, b.results_queue(c.queue_name), seconds(b.result_retention,
                                                                                   "result_retention"))
         self._sender = self._ns.get_queue_sender(c.queue_name)
+        self._ids = StickyTaskIds(self._ns.partition_count)
 
     def _ready(self) -> LoopThread:
         if self._loop is None:
@@ -112,9 +114,14 @@ class BrokerTaskProcessorAdapter(TaskProcessorAdapter):
                           **options: Any) -> TaskResult:
         """Send one task; options: `task_id` (an enqueue repeated with one id is stored once),
         `countdown` (s) or `eta` (aware datetime). Bad arguments raise before anything is sent."""
-        message = task_message(task_name, args, kwargs, options)
+        message = task_message(task_name, args, kwargs, options, new_id=self._new_id)
         self._sync_sender().send_messages(message)
         return TaskResult(id=message.message_id, status=TaskStatus.PENDING.value, created_at=time.time(), result=None)
+
+    def _new_id(self) -> str:
+        """A task id for an enqueue that names none (`ids.StickyTaskIds`)."""
+        self._ready()
+        return self._ids()
 
     def _sync_sender(self) -> Any:
         """A sender of the sync client for the task queue: a sync enqueue is sent on the caller's
@@ -130,7 +137,7 @@ class BrokerTaskProcessorAdapter(TaskProcessorAdapter):
     async def enqueue_task_async(self, task_name: str, args: Optional[Any] = None, kwargs: Optional[Any] = None,
                                  **options: Any) -> TaskResult:
         """`enqueue_task_sync`, awaited."""
-        message = task_message(task_name, args, kwargs, options)
+        message = task_message(task_name, args, kwargs, options, new_id=self._new_id)
         await self._ready().run_async(self._sender.send_messages(message))
         return TaskResult(id=message.message_id, status=TaskStatus.PENDING.value, created_at=time.time(), result=None)
 

@@ -20,17 +20,18 @@ def task_message(name: str, args: Sequence[Any] | None, kwargs: Mapping[str, Any
     """The message asking for `name(*args, **kwargs)`. Options (Celery's names): `task_id` (a
     string of at most 128 characters; an enqueue repeated with the same id is stored once),
     `countdown` (seconds to wait before the task may run) or `eta` (an aware datetime).
-    Raises `InvalidArgumentError` (or its `TaskEncodingError`) before anything is sent."""
+    Raises `InvalidArgumentError` (or its `TaskEncodingError`) before anything is sent, and
+    before `new_id` is asked for an id (when no `task_id` is named)."""
     unknown = sorted(set(options) - set(SUPPORTED_OPTIONS))
     if unknown:
         raise InvalidArgumentError(f"enqueue options {unknown} are not supported; use {list(SUPPORTED_OPTIONS)}")
-    task_id = options.get("task_id") or new_id()
-    if not isinstance(task_id, str) or len(task_id) > MAX_TASK_ID:
-        raise InvalidArgumentError(f"task_id must be a string of at most {MAX_TASK_ID} characters, got {task_id!r:.160}")
+    named = options.get("task_id") or None
+    if named is not None and (not isinstance(named, str) or len(named) > MAX_TASK_ID):
+        raise InvalidArgumentError(f"task_id must be a string of at most {MAX_TASK_ID} characters, got {named!r:.160}")
     body = encode_task(name, args, kwargs)
-    return Message(body, message_id=task_id, subject=name, content_type=CONTENT_TYPE,
-                   application_properties={TASK_NAME_PROPERTY: name},
-                   scheduled_enqueue_time_utc=_run_at(options, now))
+    run_at = _run_at(options, now)
+    return Message(body, message_id=named or new_id(), subject=name, content_type=CONTENT_TYPE,
+                   application_properties={TASK_NAME_PROPERTY: name}, scheduled_enqueue_time_utc=run_at)
 
 
 def _run_at(options: Mapping[str, Any], now: Callable[[], datetime]) -> datetime | None:

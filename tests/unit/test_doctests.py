@@ -12,7 +12,7 @@ MODULES = ["ray_broker.engine.partition", "ray_broker.engine.store", "ray_broker
            "ray_broker.engine.replication", "ray_broker.engine.shipping",
            "ray_broker.management_http.durations", "ray_broker.management_http.sniff",
            "ray_broker.management_http.descriptions", "ray_broker.management_http.routes",
-           "ray_broker.amqp.streams", "ray_broker.amqp.websocket"]
+           "ray_broker.amqp.streams", "ray_broker.amqp.websocket", "ray_broker.serve.ids"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -15,6 +15,8 @@ from ray_broker.serve.decisions import (MAX_DELIVERY_COUNT_EXCEEDED, MAX_RETRIES
                                         UNKNOWN_TASK, Fail, Retry, Unprocessable, after_failure,
                                         describe_error, on_delivery, result_not_encodable, revoke)
 from ray_broker.serve.enqueue import task_message
+from ray_broker.serve.ids import StickyTaskIds
+from ray_broker.protocol import partition_for_key
 from ray_broker.serve.sizing import BacklogSizing, desired_replicas, drain_rate
 from ray_broker.serve.status import TaskRecord, TaskStatus, claimed, fold
 
@@ -265,3 +267,28 @@ def test_the_core_imports_without_ray() -> None:
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 0, result.stderr
     assert "ADAPTER NEEDS RAY" in result.stdout
+
+
+def test_generated_task_ids_land_in_runs_on_one_partition_then_the_next() -> None:
+    ids = StickyTaskIds(16, run=3, start=15)
+    placed = [partition_for_key(ids(), 16) for _ in range(7)]
+    assert placed == [15, 15, 15, 0, 0, 0, 1]
+    assert len({ids() for _ in range(100)}) == 100, "every id is new"
+    assert partition_for_key(StickyTaskIds(1)(), 1) == 0
+
+
+def test_an_enqueue_asks_for_an_id_only_once_its_arguments_are_good() -> None:
+    asked: list[str] = []
+
+    def new_id() -> str:
+        asked.append("id")
+        return "t-1"
+
+    with pytest.raises(TaskEncodingError):
+        task_message("work", [object()], None, {}, new_id=new_id)
+    with pytest.raises(InvalidArgumentError, match="countdown"):
+        task_message("work", [1], None, {"countdown": -1}, new_id=new_id)
+    assert asked == []
+    assert task_message("work", [1], None, {}, new_id=new_id).message_id == "t-1"
+    assert task_message("work", [1], None, {"task_id": "mine"}, new_id=new_id).message_id == "mine"
+    assert asked == ["id"]
