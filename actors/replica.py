@@ -94,7 +94,8 @@ class Replica:
 
     The partition actor serializes the calls under its lock (`lock`): follower calls on its
     replication thread, leader shipping from the calls that commit; a leader waiting for copies
-    lets the lock go, and its pump thread (`pump`) takes the followers' answers.
+    lets the lock go and takes the answers itself as Ray hands them back; its pump thread (`pump`)
+    takes the answers nobody waits on (lazy followers, retries).
     """
 
     def __init__(self, config: NamespaceConfig, index: int, replica: int, store: Store, lock: threading.RLock) -> None:
@@ -211,8 +212,8 @@ class Replica:
 
     def ship(self, wait: bool = True, before_wait: Callable[[], None] = lambda: None) -> None:
         """Make this replica's committed changes held by enough replicas before anyone is answered:
-        ship what is due now, then (with `wait`) wait for the followers' answers, which the pump
-        takes (`pump`), with the lock let go meanwhile, so that other calls run on the partition
+        ship what is due now, then (with `wait`) wait for the followers' answers and take them
+        (`_await_answers`), with the lock let go meanwhile, so that other calls run on the partition
         and ship their own changes as this round goes on (`before_wait` is called first, under
         the lock, when this call shipped changes of its own: it wakes receives waiting for
         messages). Every answer waits for the last change
@@ -252,7 +253,24 @@ class Replica:
             if now >= deadline:
                 raise self.not_leader(f"only {shipping.copies(position)} of the {self.config.required_copies} "
                                       f"copies a change needs hold change {position} after {SHIP_TIMEOUT_S:g} s")
-            self._answers.wait(timeout=min(deadline - now, LAZY_S))
+            self._await_answers(min(deadline - now, LAZY_S))
+
+    def _await_answers(self, timeout: float) -> None:
+        """Wait up to `timeout` s for a shipment's answer with the lock let go, then take the
+        answers that came, on this thread: a caller waiting for its change to be held is woken by
+        Ray itself, not by the pump in turn (a thread hop, most of a millisecond on a busy
+        machine). The caller holds the lock (perhaps more than once: it is let go wholly, as a
+        `threading.Condition` does)."""
+        refs = list(self._in_flight)
+        if not refs:
+            self._answers.wait(timeout=timeout)
+            return
+        held = self._lock._release_save()  # type: ignore[attr-defined]
+        try:
+            ray.wait(refs, num_returns=1, timeout=timeout)
+        finally:
+            self._lock._acquire_restore(held)  # type: ignore[attr-defined]
+        self._take_answers()
 
     def pump(self) -> None:
         """Take the followers' answers as they come in, ship what is then due (a follower behind,
@@ -279,19 +297,24 @@ class Replica:
             self._shipped.wait(LAZY_S)
             self._shipped.clear()
         with self._lock:
-            try:
-                shipping = self._shipping
-                if shipping is None or self.leading is None:
-                    return
-                for ref in self._ready():
-                    self._answer(ref, self._in_flight.pop(ref))
-                if self._shipping is shipping and self.leading is not None:
-                    now = time.monotonic()
-                    self._give_up_on_silent(now)
-                    for shipment in shipping.due(shipping.log.last, now):
-                        self._send(shipment)
-            finally:
-                self._answers.notify_all()
+            self._take_answers()
+
+    def _take_answers(self) -> None:
+        """Take the followers' answers that came, ship what is then due, and wake the calls
+        waiting in `ship` (the caller holds the lock)."""
+        try:
+            shipping = self._shipping
+            if shipping is None or self.leading is None:
+                return
+            for ref in self._ready():
+                self._answer(ref, self._in_flight.pop(ref))
+            if self._shipping is shipping and self.leading is not None:
+                now = time.monotonic()
+                self._give_up_on_silent(now)
+                for shipment in shipping.due(shipping.log.last, now):
+                    self._send(shipment)
+        finally:
+            self._answers.notify_all()
 
     def _ready(self) -> list[Any]:
         """The refs of the shipments under way that are done now."""
