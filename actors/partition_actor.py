@@ -41,7 +41,7 @@ from ray_broker.protocol import PEEK_LOCK
 from ray_broker.routing.forwarding import Forwarder
 from ray_broker.routing.health import BACKOFF
 from ray_broker.routing.ray_channel import RayChannel, TableHandles
-from ray_broker.routing.receiving import release_op
+from ray_broker.routing.receive_state import release_op
 from ray_broker.routing.router import Router
 from ray_broker.sku import get_sku
 from ray_broker.wire import PartitionRequest, Receive, SessionRef, Settle, decode

@@ -43,7 +43,7 @@ class StreamingConfig:
 
 def fill(ns: rb.Namespace, queue: str, config: StreamingConfig) -> None:
     """Send the benchmark's messages to `queue` in batches as large as the tier allows."""
-    from spark_bridge.sending import send_all
+    from spark_bridge.batch_sending import send_all
 
     body = make_body(config.body_size)
     with ns.get_queue_sender(queue) as sender:

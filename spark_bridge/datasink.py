@@ -13,7 +13,7 @@ from ray_broker.heap import freeze_startup_objects
 
 from .entity import Entity, entity_to_write
 from .rows import WriteSpec, arrow_kinds
-from .sending import send_spread
+from .batch_sending import send_spread
 
 
 class EntityDatasink(Datasink[int]):

@@ -20,7 +20,7 @@ from .datasource import partition_end, peek_partition
 from .entity import Entity, check_count, check_mode, entity_to_read, entity_to_write
 from .positions import PeekPositions
 from .rows import WriteSpec, arrow_kinds, json_table_from_messages, sort_envelopes
-from .sending import batches
+from .batch_sending import batches
 
 CHUNKS_PER_BATCH = 32
 """The most send calls one micro-batch is written in: a partition remembers a named producer's

@@ -1,6 +1,6 @@
 """The messages the broker said it may store twice: the batches a router of this process moved on
 from a partition that may have stored them and then stayed away (the warning that carries a
-`ray_broker.routing.sending.MovedInDoubt`). Tests that count copies under failures allow a second
+`ray_broker.routing.send_routing.MovedInDoubt`). Tests that count copies under failures allow a second
 copy of these, and of no other message acknowledged at its first send."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import logging
 import threading
 from types import TracebackType
 
-from ray_broker.routing.sending import MOVED_IN_DOUBT, MovedInDoubt
+from ray_broker.routing.send_routing import MOVED_IN_DOUBT, MovedInDoubt
 
 SENDING_LOGGER = "ray_broker.sending"
 

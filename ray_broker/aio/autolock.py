@@ -7,7 +7,7 @@ import inspect
 from datetime import timedelta
 from typing import Any
 
-from ..client.receiving import Renewable
+from ..client.receiver_flows import Renewable
 from ..client.renewal import FailureCallback, Registration
 from ..client.renewing import RenewerBase
 from .closing import Closing

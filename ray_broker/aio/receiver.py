@@ -8,7 +8,7 @@ from typing import Any, AsyncIterator, TypeVar
 from ..clock import to_datetime
 from ..client.core import FLUSH_DELAY_S, Flush, ReceiveTarget
 from ..client.flow import Flow, Link, run_async
-from ..client.receiving import ReceiverBase, Renewable, SessionBase
+from ..client.receiver_flows import ReceiverBase, Renewable, SessionBase
 from ..message import ReceivedMessage
 from ..sku import Sku
 from .closing import Closing

@@ -6,7 +6,7 @@ from typing import Any
 
 from ..client.core import DEFAULT_TIMEOUT_S, MessageBatch
 from ..client.flow import run_async
-from ..client.sending import SenderBase
+from ..client.sender_flows import SenderBase
 from ..message import ReceivedMessage
 from .closing import Closing
 

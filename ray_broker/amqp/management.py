@@ -24,7 +24,7 @@ Operations (`operation` application property; request and response bodies are AM
   one batch (Service Bus's purge, which clients repeat until it removes none; Listen);
 - on a subscription: `com.microsoft:add-rule` (`rule-name`, `rule-description`; Manage),
   `com.microsoft:remove-rule` (`rule-name`; Manage), `com.microsoft:enumerate-rules` (`skip`, `top`)
-  -> `rules`, each `{"rule-description": ...}` (see `rules.py`); 204 when none.
+  -> `rules`, each `{"rule-description": ...}` (see `rule_mapping.py`); 204 when none.
 Responses carry `statusCode`, `statusDescription` and, on failure, `errorCondition`.
 """
 from __future__ import annotations
@@ -42,7 +42,7 @@ from .conditions import error_condition, status_code
 from .locks import HeldLock, HeldLocks
 from .mapping import encode_received, split_sections, wire_envelope
 from .paths import EntityAddress
-from .rules import described_rule, rule_from_description
+from .rule_mapping import described_rule, rule_from_description
 
 if TYPE_CHECKING:
     from ..aio.handle import Namespace

@@ -21,7 +21,7 @@ from typing import Annotated, Any, Sequence
 import typer
 
 from ..ray_head import SIGNAL_CHECK_ENV
-from . import console, emulator, entities, keys, messages, namespaces, actions, rules, tools
+from . import console, emulator, entities, keys, messages, namespaces, actions, rule_commands, tools
 from .failures import error_line, exit_code, is_help_shown
 from .quiet import quiet_ray
 
@@ -79,7 +79,7 @@ app.command(name="connection-string")(namespaces.connection_string)
 app.add_typer(entities.queue_app, name="queue")
 app.add_typer(entities.topic_app, name="topic")
 app.add_typer(entities.subscription_app, name="subscription")
-app.add_typer(rules.rule_app, name="rule")
+app.add_typer(rule_commands.rule_app, name="rule")
 app.add_typer(keys.keys_app, name="keys")
 app.command()(messages.send)
 app.command()(messages.receive)

@@ -33,7 +33,7 @@ from .options import (
     attach,
     not_found,
 )
-from .rules import action_text, filter_text
+from .rule_commands import action_text, filter_text
 
 queue_app = typer.Typer(help="Create, delete, list, show and update queues.", no_args_is_help=True)
 topic_app = typer.Typer(help="Create, delete, list, show and update topics.", no_args_is_help=True)

@@ -6,7 +6,7 @@ from datetime import timedelta
 from types import TracebackType
 
 from .receiver import Receiver
-from .receiving import Renewable
+from .receiver_flows import Renewable
 from .renewal import DEFAULT_MAX_RENEWAL_S, FailureCallback, Registration
 from .renewing import RenewerBase
 

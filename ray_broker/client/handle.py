@@ -14,9 +14,9 @@ from ..protocol import ReceiveMode
 from ..sku import Sku, get_sku
 from .core import receive_target
 from .flow import Link
-from .receiving import ReceiverBase
+from .receiver_flows import ReceiverBase
 from .renewing import check_auto_lock_renewer
-from .sending import SenderBase
+from .sender_flows import SenderBase
 from .transacting import TransactionBase
 
 S = TypeVar("S", bound=SenderBase)

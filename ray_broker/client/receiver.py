@@ -12,7 +12,7 @@ from ..clock import to_datetime
 from ..message import ReceivedMessage
 from .core import FLUSH_DELAY_S, Flush
 from .flow import Flow, Link, run
-from .receiving import ReceiverBase, Renewable, SessionBase
+from .receiver_flows import ReceiverBase, Renewable, SessionBase
 
 T = TypeVar("T")
 

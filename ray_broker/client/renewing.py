@@ -12,7 +12,7 @@ from ..clock import Clock, SystemClock, to_datetime
 from ..errors import InvalidArgumentError, InvalidOperationError, MessageLockLostError, SessionLockLostError
 from ..message import ReceivedMessage
 from ..protocol import ReceiveMode
-from .receiving import ReceiverBase, Renewable, SessionBase, check_renewable, lock_view
+from .receiver_flows import ReceiverBase, Renewable, SessionBase, check_renewable, lock_view
 from .renewal import (
     DEFAULT_MAX_RENEWAL_S,
     Ending,

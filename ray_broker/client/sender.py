@@ -8,7 +8,7 @@ from typing import Any
 from ..message import ReceivedMessage
 from .core import DEFAULT_TIMEOUT_S
 from .flow import run
-from .sending import SenderBase
+from .sender_flows import SenderBase
 
 
 class Sender(SenderBase):

@@ -5,7 +5,7 @@ entity whose home it is (a subscription lives with its topic). The engine is pla
 method commits to the store before it returns, so whatever it acknowledges survives a crash.
 Times are epoch seconds; lock tokens are 16 random bytes.
 
-The operations live in `catalog`, `sending`, `receiving`, `settling`, `sessions`,
+The operations live in `catalog`, `enqueueing`, `delivery`, `settling`, `sessions`,
 `scheduling`, `topics`, `transactions` and `outbox`, each over the shared `PartitionState`; this class is
 their facade, and `operations` maps each partition request (`ray_broker.wire`) onto it.
 """
@@ -26,7 +26,7 @@ from ..protocol import (
     TRANSFER_DEAD_LETTER,
 )
 from ..wire import SessionRef, Send, Settlement, TransactionOperation
-from . import catalog, outbox, purging, receiving, scheduling, sending, sessions, settling, topics, transactions
+from . import catalog, delivery, enqueueing, outbox, purging, scheduling, sessions, settling, topics, transactions
 from .state import PartitionState
 from .store import Store
 
@@ -145,10 +145,10 @@ class PartitionEngine:
 
         `producer`, `(producer_id, batch_number)`, makes the send idempotent: a retry of a batch
         this partition already stored returns the first reply and stores nothing (see
-        `sending.send`).
+        `enqueueing.send`).
         """
         self._used(entity)
-        return sending.send(self.state, entity, envelopes, producer)
+        return enqueueing.send(self.state, entity, envelopes, producer)
 
     def cancel_scheduled(self, entity: str, sequence_numbers: Iterable[int]) -> None:
         """Delete scheduled messages; all must still be scheduled, or nothing is cancelled."""
@@ -159,14 +159,14 @@ class PartitionEngine:
                 session: SessionRef | None = None, session_seen: int | None = None) -> dict[str, Any]:
         """Take up to `max_count` available messages in sequence order: `{"messages", "more", "backlog"}`.
 
-        See `receiving.receive`.
+        See `delivery.receive`.
         """
         self._used(entity)
-        return receiving.receive(self.state, entity, subq, max_count, mode, session, session_seen)
+        return delivery.receive(self.state, entity, subq, max_count, mode, session, session_seen)
 
     def has_available(self, entity: str, subq: int, session_id: str | None = None, free_session: bool = False) -> bool:
         """Whether a receive could get a message now (for a session, or any unlocked session)."""
-        return receiving.has_available(self.state, entity, subq, session_id, free_session)
+        return delivery.has_available(self.state, entity, subq, session_id, free_session)
 
     def settle(self, entity: str, subq: int, ops: Sequence[Settlement],
                session: SessionRef | None = None) -> list[Any]:
@@ -182,13 +182,13 @@ class PartitionEngine:
                          session: SessionRef | None = None) -> list[dict[str, Any]]:
         """Receive deferred messages by sequence number (locked, or removed in receive-and-delete)."""
         self._used(entity)
-        return receiving.receive_deferred(self.state, entity, subq, sequence_numbers, mode, session)
+        return delivery.receive_deferred(self.state, entity, subq, sequence_numbers, mode, session)
 
     def peek(self, entity: str, subq: int, from_sequence: int, max_count: int,
              session_id: str | None = None, to_sequence: int | None = None) -> list[dict[str, Any]]:
         """Browse messages from `from_sequence` (before `to_sequence` when given) in sequence order
         without locking them."""
-        return receiving.peek(self.state, entity, subq, from_sequence, max_count, session_id, to_sequence)
+        return delivery.peek(self.state, entity, subq, from_sequence, max_count, session_id, to_sequence)
 
     def purge(self, entity: str, subq: int, max_count: int, before: float | None = None) -> purging.PurgeBatch:
         """Remove up to `max_count` messages of a sub-queue (enqueued before `before` when given),
@@ -220,7 +220,7 @@ class PartitionEngine:
             for op in operations:
                 self._used(op.entity)
                 if isinstance(op, Send):
-                    results.append(sending.send(state, op.entity, op.envelopes))
+                    results.append(enqueueing.send(state, op.entity, op.envelopes))
                     continue
                 outcome = settling.settle(state, op.entity, op.subq, op.settlements, op.session)
                 failed = next((r for r in outcome if isinstance(r, BaseException)), None)

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from .model import (DEFAULT_RULE_NAME, CorrelationFilter, FalseFilter, Filter, RuleProperties, SqlFilter, SqlRuleAction,
                     TrueFilter, action_from_wire, check_rule_name, filter_from_wire, rule_from_wire, rule_to_wire)
-from .rules import RULE_NAME_PROPERTY, CompiledRules, Selection, compile_rules
+from .compiled_rules import RULE_NAME_PROPERTY, CompiledRules, Selection, compile_rules
 from .values import FilterEvaluationError
 
 __all__ = [

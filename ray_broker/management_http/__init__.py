@@ -5,5 +5,5 @@ HTTP/1.1 exchange (`http`, where a request to switch to AMQP over WebSocket leav
 `ray_broker.amqp.websocket`), request routing (`routes`), token checks (`authorization`), the
 operations against the namespace's async client (`service`), and the XML: the ATOM envelope
 (`atom`), ISO 8601 durations (`durations`), property codecs (`codecs`), entity descriptions
-(`descriptions`) and rules (`rules`). Plain Python, no Ray.
+(`descriptions`) and rules (`rule_xml`). Plain Python, no Ray.
 """

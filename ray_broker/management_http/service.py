@@ -44,7 +44,7 @@ from .descriptions import (
     write_description,
 )
 from .routes import MethodNotAllowedError, Resource, Route, is_health_check, route
-from .rules import read_rule, write_rule
+from .rule_xml import read_rule, write_rule
 
 if TYPE_CHECKING:
     from ..aio.handle import Namespace

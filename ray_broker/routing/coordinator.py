@@ -26,7 +26,7 @@ from . import planner
 from .channel import PartitionUnavailable
 from .definitions import Definitions
 from .reaching import ATTEMPT_TIMEOUT_S, PartitionReach
-from .receiving import RECEIVER_IDLE_S, Hints, ReceiverState, Watch, brought, releases
+from .receive_state import RECEIVER_IDLE_S, Hints, ReceiverState, Watch, brought, releases
 from .rounds import RELEASING, ReceiveRounds, fewest
 
 WATCH_TIMEOUT_S = 10.0

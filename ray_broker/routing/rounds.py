@@ -1,6 +1,6 @@
 """The send and receive rounds, written once and without I/O: what partition calls a round makes,
 and what their outcomes mean. Two drivers run them:
-- the router's event loop (`sending.Sends`, `coordinator.ReceiveCoordinator`), which retries,
+- the router's event loop (`send_routing.Sends`, `coordinator.ReceiveCoordinator`), which retries,
   waits and runs round after round;
 - the caller's thread (`immediate`), which runs one round with the channel's blocking `call_now`
   and hands whatever is left to the loop.
@@ -22,7 +22,7 @@ from ..wire import HeldSession, PartitionRequest, Receive, Send, Settle, Settlem
 from . import planner
 from .channel import PartitionUnavailable
 from .health import PartitionHealth
-from .receiving import Hints, ReceiverState
+from .receive_state import Hints, ReceiverState
 
 RELEASING = ("abandon", "release")
 """Settlements that make a message available again."""

@@ -12,7 +12,7 @@ that auto-forwards:
   when none has any.
 
 A router is made of parts with one job each: `reaching.PartitionReach` (calls, retries, health),
-`definitions.Definitions` (the entity cache), `sending.Sends`, `coordinator.ReceiveCoordinator`
+`definitions.Definitions` (the entity cache), `send_routing.Sends`, `coordinator.ReceiveCoordinator`
 and the rounds they run (`rounds`); clients reach its data operations by name through
 `operations`, an explicit table.
 """
@@ -31,8 +31,8 @@ from .coordinator import ReceiveCoordinator
 from .definitions import Definitions
 from .purging import Purges
 from .reaching import PartitionReach
-from .receiving import Hints
-from .sending import Sends
+from .receive_state import Hints
+from .send_routing import Sends
 
 DATA_OPERATIONS = ("send", "send_batches", "send_peek_session", "cancel_scheduled", "commit_transaction", "receive", "settle",
                    "close_receiver", "receive_deferred", "peek", "peek_session", "accept_session", "session_call",

@@ -32,7 +32,7 @@ from ray_broker.config import NODE_DATA_DIR_ENV, STORE_LABEL
 from ray_broker.routing import partition_for_key
 from ray_broker.routing.health import AWAY_BACKOFF
 from spark_bridge.entity import Entity
-from spark_bridge.sending import send_spread
+from spark_bridge.batch_sending import send_spread
 from tests.cluster.scenario import interruptible
 from tests.moved_in_doubt import MovedInDoubtLog
 

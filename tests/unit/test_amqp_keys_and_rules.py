@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from proton import Data, Described
 
-from ray_broker.amqp.rules import (
+from ray_broker.amqp.rule_mapping import (
     CORRELATION_FILTER_CODE,
     EMPTY_ACTION_CODE,
     FALSE_FILTER_CODE,

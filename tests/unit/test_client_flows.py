@@ -17,8 +17,8 @@ from ray_broker.client import management
 from ray_broker.client.core import MAX_RECEIVE_COUNT, Flush, SettlementBuffer, receive_target
 from ray_broker.client.flow import Call, drive, request, run, run_async
 from ray_broker.client.handle import NamespaceBase
-from ray_broker.client.receiving import ReceiverBase, SessionBase, check_renewable
-from ray_broker.client.sending import SenderBase
+from ray_broker.client.receiver_flows import ReceiverBase, SessionBase, check_renewable
+from ray_broker.client.sender_flows import SenderBase
 from ray_broker.config import NamespaceConfig
 from ray_broker.errors import (
     InvalidArgumentError,
@@ -378,8 +378,8 @@ def test_update_queue_sends_only_what_changed() -> None:
 
 
 def test_the_client_flows_import_without_ray() -> None:
-    modules = ["ray_broker.client.flow", "ray_broker.client.management", "ray_broker.client.sending",
-               "ray_broker.client.receiving", "ray_broker.client.renewing", "ray_broker.client.handle"]
+    modules = ["ray_broker.client.flow", "ray_broker.client.management", "ray_broker.client.sender_flows",
+               "ray_broker.client.receiver_flows", "ray_broker.client.renewing", "ray_broker.client.handle"]
     probe = "import sys, importlib\nsys.modules['ray'] = None\nfor m in sys.argv[1:]: importlib.import_module(m)"
     result = subprocess.run([sys.executable, "-c", probe, *modules], capture_output=True, text=True, timeout=120,
                             check=False)

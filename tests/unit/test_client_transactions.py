@@ -12,7 +12,7 @@ from ray_broker.clock import ManualClock
 from ray_broker.config import NamespaceConfig
 from ray_broker.client.flow import run
 from ray_broker.client.handle import NamespaceBase
-from ray_broker.client.sending import SenderBase
+from ray_broker.client.sender_flows import SenderBase
 from ray_broker.client.transacting import TransactionBase, transaction_key
 from ray_broker.entities import normalize_queue_options
 from ray_broker.errors import InvalidArgumentError, InvalidOperationError, MessageLockLostError, TransactionTimeoutError

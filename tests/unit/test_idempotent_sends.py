@@ -9,7 +9,7 @@ import pytest
 from ray_broker import Message
 from ray_broker.engine.scheduling import NAMED_PRODUCER_IDLE_S, PRODUCER_IDLE_S
 from ray_broker import codec
-from ray_broker.engine.sending import PRODUCER_BATCH_HISTORY, pack_runs, unpack_runs
+from ray_broker.engine.enqueueing import PRODUCER_BATCH_HISTORY, pack_runs, unpack_runs
 from ray_broker.errors import InvalidArgumentError, QuotaExceededError
 from ray_broker.protocol import NAMED_PRODUCER_PREFIX
 

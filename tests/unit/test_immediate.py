@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from ray_broker import Message
-from ray_broker.client.sending import SenderBase
+from ray_broker.client.sender_flows import SenderBase
 from ray_broker.errors import MessagingEntityNotFoundError
 from ray_broker.protocol import MAIN, PEEK_LOCK
 from ray_broker.routing import partition_of

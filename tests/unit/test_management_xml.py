@@ -45,7 +45,7 @@ from ray_broker.management_http.descriptions import (
     write_description,
 )
 from ray_broker.management_http.durations import NEVER, format_duration, parse_duration
-from ray_broker.management_http.rules import read_rule, write_rule
+from ray_broker.management_http.rule_xml import read_rule, write_rule
 
 HOST = "localhost:5671"
 BASE = f"https://{HOST}"

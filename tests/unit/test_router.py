@@ -10,7 +10,7 @@ import pytest
 
 from ray_broker import Message
 from ray_broker.client.flow import run_async
-from ray_broker.client.sending import SenderBase
+from ray_broker.client.sender_flows import SenderBase
 from ray_broker.clock import ManualClock
 from ray_broker.errors import (
     InvalidArgumentError,
@@ -24,7 +24,7 @@ from ray_broker.routing.planner import batch_number, next_run, spread_start
 from ray_broker.routing.health import AWAY_BACKOFF
 from ray_broker.routing.reaching import ATTEMPT_TIMEOUT_S
 from ray_broker.routing.router import Router
-from ray_broker.routing.sending import MOVED_IN_DOUBT, UNKEYED_SETTLE_S, MovedInDoubt
+from ray_broker.routing.send_routing import MOVED_IN_DOUBT, UNKEYED_SETTLE_S, MovedInDoubt
 from ray_broker.sku import get_sku
 from ray_broker.wire import Settlement
 

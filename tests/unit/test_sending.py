@@ -6,7 +6,7 @@ from typing import Any, Callable
 import pytest
 
 from ray_broker import Message, codec
-from ray_broker.engine.receiving import BACKLOG_ROWS_COUNTED
+from ray_broker.engine.delivery import BACKLOG_ROWS_COUNTED
 from ray_broker.errors import InvalidArgumentError, InvalidOperationError, MessagingEntityNotFoundError
 from ray_broker.routing import home_partition, partition_of
 

@@ -1,5 +1,5 @@
 """Columns to messages and back (spark_bridge.rows), on Arrow tables, a peeking reader's saved
-positions (spark_bridge.positions) and how a writer groups messages (spark_bridge.sending): no
+positions (spark_bridge.positions) and how a writer groups messages (spark_bridge.batch_sending): no
 Spark, no Ray."""
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ from spark_bridge.rows import (
     sort_envelopes,
     table_from_messages,
 )
-from spark_bridge.sending import IN_FLIGHT, partition_groups
+from spark_bridge.batch_sending import IN_FLIGHT, partition_groups
 
 
 def orders() -> pa.Table:

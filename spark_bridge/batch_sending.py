@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Sequence
 
 import ray_broker as rb
-from ray_broker.client.sending import SenderBase
+from ray_broker.client.sender_flows import SenderBase
 from ray_broker.errors import MessageSizeExceededError
 from ray_broker.routing import partition_for_key, resolve_partition_key
 

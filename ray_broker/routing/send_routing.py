@@ -18,7 +18,7 @@ from .channel import PartitionUnavailable
 from .definitions import Definitions
 from .health import RETRY_BACKOFF
 from .reaching import PartitionReach
-from .receiving import Hints
+from .receive_state import Hints
 from .rounds import SendPlan, UnkeyedPart, place, plan_send
 
 logger = logging.getLogger("ray_broker.sending")

@@ -1,4 +1,5 @@
-"""Per-receiver state a router keeps: messages fetched beyond a request, waiting to be handed out."""
+"""The receive state a router keeps: per receiver, messages fetched beyond a request, waiting to be
+handed out (`ReceiverState`); per entity, how many messages each partition is known to hold (`Hints`)."""
 from __future__ import annotations
 
 import asyncio
