@@ -6,9 +6,9 @@
     with ns.get_queue_sender("orders") as sender:
         sender.send_messages(rb.Message("hello"))
 
-The message model, errors, entities and routing import without Ray; the client names (`start`,
-`connect`, `Namespace`, senders, receivers and the lock renewer) load Ray on first use, so that the engine and
-everything it needs can be imported, and tested, where Ray is absent.
+The message model, errors, entities and partitioning import without Ray; the client names (`start`,
+`connect`, `init_ray`, `Namespace`, senders, receivers and the lock renewer) load Ray on first use, so
+that the engine and everything it needs can be imported, and tested, where Ray is absent.
 """
 from __future__ import annotations
 
@@ -28,12 +28,12 @@ from .entities import (
 )
 from .errors import *  # noqa: F403 - the errors are part of the public namespace
 from .filters import CorrelationFilter, FalseFilter, RuleProperties, SqlFilter, SqlRuleAction, TrueFilter
-from .message import Message, MessageBody, ReceivedMessage
+from .message import Message, MessageBody, ReceivedMessage, encode_messages
+from .partitioning import partition_for_key, partition_key_of, partition_of, sequence_number
 from .protocol import NEXT_AVAILABLE_SESSION, MessageState, ReceiveMode, SubQueue
-from .routing import partition_of
 
-_CLIENT_NAMES = ("start", "connect", "stop", "Namespace", "Sender", "Receiver", "ReceiverSession", "AutoLockRenewer",
-                 "Transaction")
+_CLIENT_NAMES = ("start", "connect", "stop", "init_ray", "Namespace", "Sender", "Receiver", "ReceiverSession",
+                 "AutoLockRenewer", "Transaction")
 """Public names that need Ray: loaded on first use."""
 
 
@@ -52,12 +52,13 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
-    "start", "connect", "stop", "Namespace", "Sender", "Receiver", "ReceiverSession", "AutoLockRenewer", "Transaction",
-    "MessageBatch",
-    "Message", "MessageBody", "ReceivedMessage", "MessageState", "ReceiveMode", "SubQueue", "NEXT_AVAILABLE_SESSION",
+    "start", "connect", "stop", "init_ray", "Namespace", "Sender", "Receiver", "ReceiverSession", "AutoLockRenewer",
+    "Transaction", "MessageBatch",
+    "Message", "MessageBody", "ReceivedMessage", "encode_messages", "MessageState", "ReceiveMode", "SubQueue",
+    "NEXT_AVAILABLE_SESSION",
     "QueueProperties", "QueueRuntimeProperties", "PartitionRuntimeProperties", "TopicProperties",
     "TopicRuntimeProperties", "SubscriptionProperties", "SubscriptionRuntimeProperties", "RuleProperties",
     "SqlFilter", "CorrelationFilter", "TrueFilter", "FalseFilter", "SqlRuleAction", "AuthorizationRule",
-    "partition_of", "errors",
+    "partition_of", "sequence_number", "partition_key_of", "partition_for_key", "errors",
     *errors.__all__,
 ]

@@ -6,9 +6,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Sequence
 
 import ray_broker as rb
-from ray_broker.client.sender_flows import SenderBase
 from ray_broker.errors import MessageSizeExceededError
-from ray_broker.routing import partition_for_key, resolve_partition_key
 
 from .entity import Entity
 
@@ -20,13 +18,15 @@ one store commit on the group's partition, each batch within the tier's limit)."
 
 
 Envelope = dict[str, Any]
-"""A message encoded by `ray_broker.message.envelope_from_wire` (`WriteSpec.envelopes` makes them)."""
+"""A message encoded once, as `rb.Message.to_envelope` and `rb.encode_messages` make it
+(`WriteSpec.envelopes` makes them from a table's rows)."""
 
 
-def batches(sender: SenderBase, envelopes: Iterable[Envelope]) -> Iterator[rb.MessageBatch]:
-    """The encoded messages packed in order into batches as large as the tier allows (from a sync
-    or an async sender: batches are made without I/O either way)."""
-    batch = SenderBase.create_message_batch(sender)
+def batches(max_size_in_bytes: int, envelopes: Iterable[Envelope]) -> Iterator[rb.MessageBatch]:
+    """The encoded messages packed in order into batches of up to `max_size_in_bytes` each (the
+    `max_size_in_bytes` of a batch the sender made: the tier's limit). Made without I/O, for a
+    sync or an async sender alike."""
+    batch = rb.MessageBatch(max_size_in_bytes)
     for envelope in envelopes:
         try:
             batch.add_envelope(envelope)
@@ -34,7 +34,7 @@ def batches(sender: SenderBase, envelopes: Iterable[Envelope]) -> Iterator[rb.Me
             if not len(batch):
                 raise
             yield batch
-            batch = SenderBase.create_message_batch(sender)
+            batch = rb.MessageBatch(max_size_in_bytes)
             batch.add_envelope(envelope)
     if len(batch):
         yield batch
@@ -43,7 +43,8 @@ def batches(sender: SenderBase, envelopes: Iterable[Envelope]) -> Iterator[rb.Me
 def send_all(sender: rb.Sender, messages: Iterable[rb.Message]) -> int:
     """Send the messages in order, in as few calls as the tier's batch size allows; returns how many."""
     sent = 0
-    for batch in batches(sender, (message.to_envelope() for message in messages)):
+    limit = sender.create_message_batch().max_size_in_bytes
+    for batch in batches(limit, (message.to_envelope() for message in messages)):
         sender.send_messages(batch)
         sent += len(batch)
     return sent
@@ -66,13 +67,13 @@ def partition_groups(entity: Entity, envelopes: Sequence[Envelope]) -> list[Grou
     unkeyed: list[Envelope] = []
     partition_of_key: dict[str, int] = {}       # rows share keys: hash each key once
     for envelope in envelopes:
-        key = resolve_partition_key(envelope, duplicate_detection=entity.duplicate_detection)
+        key = rb.partition_key_of(envelope, duplicate_detection=entity.duplicate_detection)
         if key is None:
             unkeyed.append(envelope)
             continue
         partition = partition_of_key.get(key)
         if partition is None:
-            partition = partition_of_key[key] = partition_for_key(key, len(entity.partitions))
+            partition = partition_of_key[key] = rb.partition_for_key(key, len(entity.partitions))
         keyed.setdefault(partition, []).append(envelope)
     return ([Group(group, True) for group in keyed.values()]
             + [Group(group, False) for group in (unkeyed[i::IN_FLIGHT] for i in range(IN_FLIGHT)) if group])
@@ -85,9 +86,10 @@ async def _send_groups(ns: rb.Namespace, entity: Entity, groups: list[Group]) ->
     slots = asyncio.Semaphore(IN_FLIGHT)
     try:
         sender = entity.async_sender(handle)
+        limit = (await sender.create_message_batch()).max_size_in_bytes
 
         async def send_group(group: Group) -> int:
-            packed = list(batches(sender, group.envelopes))
+            packed = list(batches(limit, group.envelopes))
             per_call = BATCHES_PER_CALL if group.keyed else 1    # an unkeyed call's batches would spread
             for i in range(0, len(packed), per_call):
                 async with slots:

@@ -9,9 +9,9 @@ from ray.data.block import Block, BlockAccessor
 from ray.data.datasource.datasink import WriteResult
 
 import ray_broker as rb
-from ray_broker.heap import freeze_startup_objects
 
 from .entity import Entity, entity_to_write
+from .heap import freeze_startup_objects
 from .rows import WriteSpec, arrow_kinds
 from .batch_sending import send_spread
 

@@ -8,11 +8,10 @@ from ray.data import Datasource, ReadTask
 from ray.data.block import BlockMetadata
 
 import ray_broker as rb
-from ray_broker.heap import freeze_startup_objects
 from ray_broker.errors import PartitionUnavailableError
-from ray_broker.routing import make_sequence_number
 
 from .entity import check_count, check_mode, entity_to_read
+from .heap import freeze_startup_objects
 from .rows import JSON_SCHEMA, READ_SCHEMA, json_table_from_messages, table_from_messages
 
 RECEIVE_PAGE = 8000
@@ -43,7 +42,7 @@ def peek_partition(receiver: rb.Receiver, start: int, end: int,
 
 def partition_end(partition: int) -> int:
     """The sequence number after the last one partition `partition` can give."""
-    return make_sequence_number(partition + 1, 0)
+    return rb.sequence_number(partition + 1)
 
 
 class EntityDatasource(Datasource):
@@ -155,7 +154,7 @@ class EntityDatasource(Datasource):
         def read() -> Iterator[pa.Table]:
             freeze_startup_objects()
             with entity.receiver(ns, None) as receiver:
-                for page in peek_partition(receiver, make_sequence_number(partition, 0), end, limit):
+                for page in peek_partition(receiver, rb.sequence_number(partition), end, limit):
                     yield table(page)
 
         return read

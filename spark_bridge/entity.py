@@ -6,7 +6,6 @@ from typing import Any
 
 import ray_broker as rb
 from ray_broker.errors import InvalidArgumentError, MessagingEntityNotFoundError
-from ray_broker.protocol import ReceiveMode
 
 MODES = ("receive", "peek")
 """How entities are read: `receive` consumes (peek-lock, completed once handed over), `peek` browses."""
@@ -44,9 +43,9 @@ class Entity:
         """A peek-lock receiver of the queue or subscription (taking messages from `partitions`
         only, when given)."""
         if self.subscription is None:
-            return ns.get_queue_receiver(self.name, receive_mode=ReceiveMode.PEEK_LOCK, max_wait_time=max_wait_time,
-                                         partitions=partitions)
-        return ns.get_subscription_receiver(self.name, self.subscription, receive_mode=ReceiveMode.PEEK_LOCK,
+            return ns.get_queue_receiver(self.name, receive_mode=rb.ReceiveMode.PEEK_LOCK,
+                                         max_wait_time=max_wait_time, partitions=partitions)
+        return ns.get_subscription_receiver(self.name, self.subscription, receive_mode=rb.ReceiveMode.PEEK_LOCK,
                                             max_wait_time=max_wait_time, partitions=partitions)
 
     def describe(self) -> str:

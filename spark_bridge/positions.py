@@ -5,8 +5,8 @@ import json
 import os
 import tempfile
 
+import ray_broker as rb
 from ray_broker.errors import InvalidArgumentError
-from ray_broker.routing import make_sequence_number
 
 POSITIONS_FILE = "positions.json"
 """The file in a checkpoint directory that holds the next sequence number to read per partition."""
@@ -22,7 +22,7 @@ class PeekPositions:
 
     def __init__(self, checkpoint: str | None, partitions: tuple[int, ...]) -> None:
         self._path = None if checkpoint is None else os.path.join(checkpoint, POSITIONS_FILE)
-        self._next = {k: make_sequence_number(k, 0) for k in partitions}
+        self._next = {k: rb.sequence_number(k) for k in partitions}
         if self._path is not None and os.path.exists(self._path):
             with open(self._path, encoding="utf-8") as f:
                 saved = {int(k): int(v) for k, v in json.load(f).items()}

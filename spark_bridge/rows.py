@@ -16,10 +16,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import pyarrow as pa
 
+import ray_broker as rb
 from ray_broker.errors import InvalidArgumentError
-from ray_broker.message import (MAX_ID_LENGTH, ReceivedMessage, check_property, envelope_from_wire, id_problem,
-                                key_conflict)
-from ray_broker.routing import partition_of
 
 JSON_CONTENT_TYPE = "application/json"
 """The `content_type` of a message whose body was a struct, map or array column."""
@@ -157,67 +155,18 @@ class WriteSpec:
         """The rows as encoded messages, in row order (validate the table's kinds first).
 
         A row's envelope is what sending `Message(body, partition_key=..., ...)` of its values would
-        send (`Message.to_envelope`), encoded straight from the columns without building `Message`s:
-        per row, that is most of a write task's work. Raises `InvalidArgumentError` naming the first
-        row that does not make a valid message.
+        send (`Message.to_envelope`), encoded straight from the columns by `rb.encode_messages`
+        without building `Message`s: per row, that is most of a write task's work. Raises
+        `InvalidArgumentError` naming the first row that does not make a valid message.
         """
         table = table.select(self.columns())
-        keys = {name: _ids(name, table.column(column))
-                for name in _WIRE_KEY_ORDER if (column := getattr(self, name)) is not None}
-        _check_session_keys(keys)
+        keys = {name: _texts(table.column(column)) if (column := getattr(self, name)) is not None else None
+                for name in KEY_FIELDS}
         content_type = JSON_CONTENT_TYPE if arrow_kind(table.schema.field(self.body).type) in (JSON, MAP) else None
-        return _encode_rows(_bodies(table.column(self.body)), keys, content_type,
-                            _properties(table, self.properties))
-
-
-_WIRE_KEY_ORDER = ("message_id", "session_id", "partition_key")
-"""The key fields in the order `Message.to_wire` writes them, so that payloads come out the same."""
-
-
-def _ids(name: str, column: pa.ChunkedArray) -> list[str | None]:
-    """A key column's values as text, each fit to be a message's `name` (`message.id_problem`)."""
-    values = _texts(column)
-    if max(map(len, filter(None, values)), default=0) > MAX_ID_LENGTH:
-        row, problem = next((i, p) for i, v in enumerate(values) if v is not None and (p := id_problem(name, v)))
-        raise InvalidArgumentError(f"row {row} does not make a valid message: {problem}")
-    return values
-
-
-def _check_session_keys(keys: Mapping[str, list[str | None]]) -> None:
-    """A row's partition key, where it has one, must be its session id (`message.key_conflict`)."""
-    if "session_id" not in keys or "partition_key" not in keys:
-        return
-    for row, (session_id, partition_key) in enumerate(zip(keys["session_id"], keys["partition_key"])):
-        conflict = key_conflict(session_id, partition_key)
-        if conflict:
-            raise InvalidArgumentError(f"row {row} does not make a valid message: {conflict}")
-
-
-def _encode_rows(bodies: list[bytes], keys: Mapping[str, list[str | None]], content_type: str | None,
-                 props: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
-    """Each row's wire form (fields in `Message.to_wire`'s order) encoded into an envelope."""
-    key_columns = list(keys.items())
-    envelopes = []
-    for row, body in enumerate(bodies):
-        wire: dict[str, Any] = {"body": body}
-        for name, values in key_columns:
-            if values[row] is not None:
-                wire[name] = values[row]
-        if content_type is not None:
-            wire["content_type"] = content_type
-        if props is not None and props[row]:
-            wire["application_properties"] = _checked_properties(row, props[row])
-        envelopes.append(envelope_from_wire(wire))
-    return envelopes
-
-
-def _checked_properties(row: int, properties: dict[str, Any]) -> dict[str, Any]:
-    try:
-        for key, value in properties.items():
-            check_property(key, value)
-    except (TypeError, ValueError) as exc:
-        raise InvalidArgumentError(f"row {row} does not make a valid message: {exc}") from exc
-    return properties
+        return rb.encode_messages(_bodies(table.column(self.body)), message_ids=keys["message_id"],
+                                  session_ids=keys["session_id"], partition_keys=keys["partition_key"],
+                                  content_type=content_type,
+                                  application_properties=_properties(table, self.properties))
 
 
 def _bodies(column: pa.ChunkedArray) -> list[bytes]:
@@ -309,7 +258,7 @@ bring into Spark than one text column."""
 _NO_PROPERTIES_JSON = "{}"
 
 
-def _properties_json(message: ReceivedMessage) -> str:
+def _properties_json(message: rb.ReceivedMessage) -> str:
     properties = message.application_properties
     if not properties:
         return _NO_PROPERTIES_JSON
@@ -317,18 +266,18 @@ def _properties_json(message: ReceivedMessage) -> str:
                       ensure_ascii=False)
 
 
-def _read_columns(messages: Sequence[ReceivedMessage]) -> dict[str, Any]:
+def _read_columns(messages: Sequence[rb.ReceivedMessage]) -> dict[str, Any]:
     """Every read column but the properties, one value per message."""
     columns: dict[str, Any] = {name: [getattr(m, name) for m in messages] for name in _TEXT_COLUMNS}
     columns["body"] = [m.body for m in messages]
     columns["sequence_number"] = [m.sequence_number for m in messages]
-    columns["partition"] = [partition_of(m.sequence_number) for m in messages]
+    columns["partition"] = [rb.partition_of(m.sequence_number) for m in messages]
     columns["enqueued_time_utc"] = [m.enqueued_time_utc for m in messages]
     columns["delivery_count"] = [m.delivery_count for m in messages]
     return columns
 
 
-def table_from_messages(messages: Sequence[ReceivedMessage]) -> pa.Table:
+def table_from_messages(messages: Sequence[rb.ReceivedMessage]) -> pa.Table:
     """The read columns (`READ_SCHEMA`) of received or peeked messages, one row each."""
     columns = _read_columns(messages)
     columns["application_properties"] = [[(k, property_text(v)) for k, v in m.application_properties.items()]
@@ -341,7 +290,7 @@ JSON_SCHEMA = pa.schema([pa.field(PROPERTIES_JSON, pa.string()) if f.name == "ap
 """`READ_SCHEMA` with the properties as one JSON text column (`PROPERTIES_JSON`)."""
 
 
-def json_table_from_messages(messages: Sequence[ReceivedMessage]) -> pa.Table:
+def json_table_from_messages(messages: Sequence[rb.ReceivedMessage]) -> pa.Table:
     """The read columns of received or peeked messages with the properties as JSON text
     (`JSON_SCHEMA`): the form Spark takes from Ray Data and pandas."""
     columns = _read_columns(messages)

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from typing import Any
 
+import ray_broker as rb
 from ray_broker.errors import InvalidOperationError
 
 MIN_LOCAL_CPUS = 4
@@ -87,19 +88,10 @@ def start_ray(address: str | None = None) -> None:
     """Join the Ray cluster ray_broker would join (`address`, else `RAY_ADDRESS`, else this
     machine's `ray start` head); when there is none, or `address` is "local", start a local Ray with
     at least `MIN_LOCAL_CPUS` logical CPUs that keeps idle workers for the next stage
-    (`IDLE_WORKERS`, `IDLE_WORKER_KEEP_MS`). Nothing if Ray is up."""
-    import ray
-
-    from ray_broker.client.lifecycle import LOCAL_RAY_SYSTEM_CONFIG, cluster_address, ensure_ray
-    from ray_broker.config import RAY_NAMESPACE
-
-    if ray.is_initialized() or cluster_address(address) is not None:
-        ensure_ray(address)
-        return
-    ray.init(address="local", namespace=RAY_NAMESPACE, num_cpus=max(MIN_LOCAL_CPUS, os.cpu_count() or 1),
-             include_dashboard=False, log_to_driver=False, configure_logging=False,
-             _system_config={**LOCAL_RAY_SYSTEM_CONFIG, "num_workers_soft_limit": IDLE_WORKERS,
-                             "idle_worker_killing_time_threshold_ms": IDLE_WORKER_KEEP_MS})
+    (`IDLE_WORKERS`, `IDLE_WORKER_KEEP_MS`). Nothing if Ray is up (`rb.init_ray`)."""
+    rb.init_ray(address, num_cpus=max(MIN_LOCAL_CPUS, os.cpu_count() or 1),
+                system_config={"num_workers_soft_limit": IDLE_WORKERS,
+                               "idle_worker_killing_time_threshold_ms": IDLE_WORKER_KEEP_MS})
 
 
 def init_spark(app_name: str, num_executors: int = 1, executor_cores: int = 1, executor_memory: str = "1g", *,

@@ -60,7 +60,7 @@ class MicroBatchWriter:
         self._spec.validate(arrow_kinds(table.schema), f"micro-batch {batch_id}")
         envelopes = sort_envelopes(self._spec.envelopes(table))
         with self._entity.sender(self._ns) as sender:
-            chunks = list(batches(sender, envelopes))
+            chunks = list(batches(sender.create_message_batch().max_size_in_bytes, envelopes))
             if len(chunks) > CHUNKS_PER_BATCH:
                 raise InvalidOperationError(
                     f"micro-batch {batch_id} holds {len(envelopes)} rows, {len(chunks)} send batches; at most "

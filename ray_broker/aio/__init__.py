@@ -19,10 +19,10 @@ an async `Namespace` of the same name are interchangeable handles to the same ac
 from __future__ import annotations
 
 from .autolock import AutoLockRenewer
-from .namespace import Namespace, connect, start, stop
+from .namespace import Namespace, connect, init_ray, start, stop
 from .receiver import Receiver, ReceiverSession
 from .sender import Sender
 from .transaction import Transaction
 
-__all__ = ["start", "connect", "stop", "Namespace", "Sender", "Receiver", "ReceiverSession", "AutoLockRenewer",
-           "Transaction"]
+__all__ = ["start", "connect", "stop", "init_ray", "Namespace", "Sender", "Receiver", "ReceiverSession",
+           "AutoLockRenewer", "Transaction"]

@@ -2,7 +2,9 @@
 `handle.py` (which the AMQP front end uses without the lifecycle)."""
 from __future__ import annotations
 
-from ..client.lifecycle import connect_flow, run_awaiting, start_flow, stop_flow
+from typing import Any, Mapping
+
+from ..client.lifecycle import connect_flow, ray_flow, run_awaiting, start_flow, stop_flow
 from .handle import Namespace
 
 
@@ -36,4 +38,13 @@ async def stop(name: str, *, delete_data: bool = False) -> None:
     await run_awaiting(stop_flow(name, delete_data=delete_data))
 
 
-__all__ = ["start", "connect", "stop", "Namespace"]
+async def init_ray(address: str | None = None, *, num_cpus: int | None = None,
+                   system_config: Mapping[str, Any] | None = None) -> None:
+    """`ray_broker.init_ray`, awaited: join the Ray cluster `start` would join, or start the local
+    Ray it would start (`num_cpus` and `system_config` apply to that one only); nothing once this
+    process joined Ray. Joining or starting Ray runs on the thread that lives as long as the
+    process, as for `start`."""
+    await run_awaiting(ray_flow(address, num_cpus=num_cpus, system_config=system_config))
+
+
+__all__ = ["start", "connect", "stop", "init_ray", "Namespace"]

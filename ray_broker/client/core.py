@@ -137,7 +137,16 @@ def check_count(value: Any, name: str = "max_message_count") -> int:
 
 
 class MessageBatch:
-    """Messages sent together in one call, bounded by the tier's batch size."""
+    """Messages sent together in one call, bounded by the tier's batch size.
+
+    Args:
+        max_size_in_bytes: the most bytes of encoded messages the batch takes. A sender's
+            `create_message_batch()` gives the tier's limit (or a smaller one it is asked for);
+            a bulk writer that packs many batches may make the next ones as
+            `rb.MessageBatch(first.max_size_in_bytes)`, without a call to the sender (an async
+            sender's `create_message_batch` is awaited). A send checks the tier's limits whatever
+            the batch was made with.
+    """
 
     def __init__(self, max_size_in_bytes: int) -> None:
         self.max_size_in_bytes = max_size_in_bytes
@@ -149,9 +158,9 @@ class MessageBatch:
         self.add_envelope(to_envelope(message))
 
     def add_envelope(self, envelope: dict[str, Any]) -> None:
-        """Add a message already encoded by `ray_broker.message.envelope_from_wire` (bulk writers
-        encode rows that way without building `Message`s); `MessageSizeExceededError` as
-        `add_message`."""
+        """Add a message already encoded into its envelope (`Message.to_envelope`, or
+        `rb.encode_messages`, with which bulk writers encode many without building `Message`s);
+        `MessageSizeExceededError` as `add_message`."""
         if self.size_in_bytes + envelope["size"] > self.max_size_in_bytes:
             raise MessageSizeExceededError(
                 f"the batch holds {self.size_in_bytes} of {self.max_size_in_bytes} bytes and this message needs "

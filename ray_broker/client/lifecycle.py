@@ -19,13 +19,14 @@ The only client module that imports `actors`.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import shutil
 import time
 import warnings
 from dataclasses import dataclass
-from typing import Any, Callable, Generator, TypeVar, Union
+from typing import Any, Callable, Generator, Mapping, TypeVar, Union
 
 import ray
 from ray.exceptions import GetTimeoutError
@@ -183,14 +184,18 @@ def _resolve(address: str | None) -> tuple[str | None, str | None]:
     return ("auto", head) if wanted == head else (wanted, wanted)
 
 
-def ensure_ray(address: str | None = None) -> None:
-    """Join the cluster `cluster_address(address)` names, or start a local Ray; nothing if Ray is up."""
+def ensure_ray(address: str | None = None, *, num_cpus: int | None = None,
+               system_config: Mapping[str, Any] | None = None) -> None:
+    """Join the cluster `cluster_address(address)` names, or start a local Ray; nothing if Ray is up.
+
+    `num_cpus` and `system_config` (added to `LOCAL_RAY_SYSTEM_CONFIG`) go to a local Ray started
+    here only: a cluster keeps its own settings."""
     if ray.is_initialized():
         return
     silence_ray_notices()
     target, probe = _resolve(address)
     if target is None or probe is None:
-        start_local_ray()
+        start_local_ray(num_cpus=num_cpus, system_config=system_config)
         logger.info("started an embedded local Ray (it lives as long as this process); message batches up to "
                     "%d bytes travel inline with their calls", LOCAL_RAY_SYSTEM_CONFIG["max_direct_call_object_size"])
         return
@@ -200,17 +205,23 @@ def ensure_ray(address: str | None = None) -> None:
                 "only on a Ray it starts)", target)
 
 
-def start_local_ray(temp_dir: str | None = None, log_to_driver: bool = False) -> None:
+def start_local_ray(temp_dir: str | None = None, log_to_driver: bool = False, *, num_cpus: int | None = None,
+                    system_config: Mapping[str, Any] | None = None) -> None:
     """Start an embedded local Ray for this process, trying `LOCAL_RAY_ATTEMPTS` times;
     `RayStartupError` saying what Ray reported, and what to do, when no try succeeds. `temp_dir`
     gives it a temporary directory of its own (Ray's default otherwise); `log_to_driver` shows its
-    workers' output on this process's standard streams."""
+    workers' output on this process's standard streams; `num_cpus` sets its logical CPUs (Ray's
+    default: the machine's); `system_config` is added to `LOCAL_RAY_SYSTEM_CONFIG`."""
+    options: dict[str, Any] = {"_system_config": {**LOCAL_RAY_SYSTEM_CONFIG, **(system_config or {})}}
+    if temp_dir is not None:
+        options["_temp_dir"] = temp_dir
+    if num_cpus is not None:
+        options["num_cpus"] = num_cpus
     failure: Exception | None = None
     for _ in range(LOCAL_RAY_ATTEMPTS):
         try:
             ray.init(address="local", namespace=RAY_NAMESPACE, include_dashboard=False, log_to_driver=log_to_driver,
-                     configure_logging=False, _system_config=LOCAL_RAY_SYSTEM_CONFIG,
-                     **({"_temp_dir": temp_dir} if temp_dir is not None else {}))
+                     configure_logging=False, **options)
             return
         except Exception as exc:  # noqa: BLE001 - Ray's start-up failures are untyped (Exception, RuntimeError)
             failure = exc
@@ -264,10 +275,11 @@ def ensure_stores_free(config: NamespaceConfig, wait_s: float = 0.0) -> None:
     run_blocking(stores_free_flow(config, wait_s))
 
 
-def ray_flow(address: str | None = None) -> LifecycleFlow[None]:
+def ray_flow(address: str | None = None, *, num_cpus: int | None = None,
+             system_config: Mapping[str, Any] | None = None) -> LifecycleFlow[None]:
     """`ensure_ray` when Ray is not up yet in this process."""
     if not ray.is_initialized():
-        yield Blocking(ensure_ray, (address,))
+        yield Blocking(functools.partial(ensure_ray, address, num_cpus=num_cpus, system_config=system_config))
 
 
 def start_flow(name: str, *, sku: str, partitions: int | None, data_dir: str | None, gateways: int,

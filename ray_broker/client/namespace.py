@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import Any, Iterable, Iterator, TypeVar
+from typing import Any, Iterable, Iterator, Mapping, TypeVar
 
 from ..config import NamespaceConfig
 from ..entities import (
@@ -30,7 +30,7 @@ from .core import DEFAULT_TIMEOUT_S
 from .direct import open_link
 from .flow import Flow, run
 from .handle import NamespaceBase
-from .lifecycle import connect_namespace, start_namespace, stop_namespace
+from .lifecycle import connect_namespace, ensure_ray, start_namespace, stop_namespace
 from .receiver import Receiver
 from .sender import Sender
 from .transaction import Transaction
@@ -71,6 +71,28 @@ def connect(name: str, *, address: str | None = None, auth_token: str | None = N
 def stop(name: str, *, delete_data: bool = False) -> None:
     """Stop a namespace's actors; with `delete_data`, remove its stores too."""
     stop_namespace(name, delete_data=delete_data)
+
+
+def init_ray(address: str | None = None, *, num_cpus: int | None = None,
+             system_config: Mapping[str, Any] | None = None) -> None:
+    """Connect this process to Ray as `start` and `connect` do, before either: for programs that
+    run other Ray work beside the broker (Spark on Ray through RayDP, Ray Data) and want the Ray
+    the broker would use, up first.
+
+    Joins the cluster `address` names ("auto": this machine's `ray start` head; "local": none,
+    start a new one), else `RAY_ADDRESS`'s, else this machine's `ray start` head; when there is
+    none, starts an embedded local Ray in the Ray namespace "ray_broker" with the library's
+    settings, which lives as long as this process. `num_cpus` (its logical CPUs; Ray's default is
+    the machine's) and `system_config` (Ray system settings, added to the library's) apply to that
+    local Ray only: a cluster keeps its own. Nothing when this process already joined Ray.
+    `ClusterUnreachableError` for an address where no Ray head answers, `RayStartupError` when a
+    local Ray does not come up.
+
+    Example:
+        rb.init_ray(num_cpus=4)        # or rb.init_ray("auto") to join this machine's cluster
+        ns = rb.start("etl")
+    """
+    ensure_ray(address, num_cpus=num_cpus, system_config=system_config)
 
 
 class Namespace(NamespaceBase[Sender, Receiver, Transaction]):

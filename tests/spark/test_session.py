@@ -31,7 +31,6 @@ def test_a_local_ray_started_for_spark_keeps_idle_workers_for_the_next_stage(mon
 
     started: dict[str, Any] = {}
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
-    monkeypatch.setattr(lifecycle, "cluster_address", lambda address: None)
     monkeypatch.setattr(ray, "init", lambda **kwargs: started.update(kwargs))
     session.start_ray("local")
     config = started["_system_config"]

@@ -5,7 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
-RAY_FREE_MODULES = ("ray_broker", "ray_broker.engine.partition", "ray_broker.engine.store_lock", "ray_broker.routing",
+RAY_FREE_MODULES = ("ray_broker", "ray_broker.partitioning", "ray_broker.engine.partition",
+                    "ray_broker.engine.store_lock", "ray_broker.routing",
                     "ray_broker.message", "ray_broker.protocol", "ray_broker.client.core", "ray_broker.client.renewal",
                     "ray_broker.entities", "ray_broker.observability", "ray_broker.routing.forwarding",
                     "ray_broker.client.transacting")

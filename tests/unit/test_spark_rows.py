@@ -14,7 +14,7 @@ import pytest
 from ray_broker import codec
 from ray_broker.errors import InvalidArgumentError
 from ray_broker.message import Message, ReceivedMessage
-from ray_broker.routing import partition_for_key
+from ray_broker import partition_for_key
 from spark_bridge.entity import Entity
 from spark_bridge.positions import POSITIONS_FILE, PeekPositions
 from spark_bridge.rows import (
@@ -36,7 +36,7 @@ from spark_bridge.rows import (
     sort_envelopes,
     table_from_messages,
 )
-from spark_bridge.batch_sending import IN_FLIGHT, partition_groups
+from spark_bridge.batch_sending import IN_FLIGHT, batches, partition_groups
 
 
 def orders() -> pa.Table:
@@ -207,3 +207,13 @@ def test_partition_groups_keep_each_key_in_order() -> None:
             assert bodies == sorted(bodies)
     assert sum(1 for g in groups if g.envelopes[0].get("partition_key") is None) == IN_FLIGHT
     assert all(g.keyed == (g.envelopes[0].get("partition_key") is not None) for g in groups)
+
+
+def test_batches_pack_envelopes_in_order_within_the_size_given() -> None:
+    envelopes = [Message(b"x" * 100, message_id=str(i)).to_envelope() for i in range(10)]
+    limit = 3 * envelopes[0]["size"] + 1
+    packed = list(batches(limit, envelopes))
+    assert [len(b) for b in packed] == [3, 3, 3, 1]
+    assert all(b.max_size_in_bytes == limit and b.size_in_bytes <= limit for b in packed)
+    assert [e for b in packed for e in b.envelopes] == envelopes
+    assert list(batches(limit, [])) == []

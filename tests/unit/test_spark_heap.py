@@ -1,4 +1,4 @@
-"""Freezing the objects alive after start-up (ray_broker.heap): no Ray."""
+"""Freezing the objects alive after start-up (spark_bridge.heap, for read and write tasks): no Ray."""
 from __future__ import annotations
 
 import gc
@@ -6,7 +6,7 @@ from typing import Iterator
 
 import pytest
 
-from ray_broker import heap
+from spark_bridge import heap
 
 
 @pytest.fixture
