@@ -41,10 +41,11 @@ from ray_broker.errors import (
     QuotaExceededError,
 )
 from ray_broker.filters import rule_from_wire, rule_to_wire
+from ray_broker.router_requests import DATA_OPERATIONS, ReceiveRequest, decode_router_request, encode_router_reply
 from ray_broker.routing import planner
 from ray_broker.routing.channel import PartitionUnavailable
 from ray_broker.routing.ray_channel import RayChannel
-from ray_broker.routing.router import DATA_OPERATIONS, Router
+from ray_broker.routing.router import Router
 from ray_broker.sku import MAX_ENTITIES, get_sku
 from ray_broker.wire import (
     AddRule,
@@ -56,7 +57,6 @@ from ray_broker.wire import (
     Runtime,
     UpdateEntity,
     UpdateRule,
-    decode_router_args,
 )
 
 from .gateway_handles import GatewayHandles
@@ -409,7 +409,8 @@ class GatewayActor:
 
     async def call(self, operation: str, *args: Any, caller: Token | None = None) -> Any:
         """Invoke a gateway operation by name: management here, data operations through its router
-        (their records arrive as lists: `wire.decode_router_args` types them again).
+        (a router request arrives as `router_requests.encode_router_request` gives it, and its
+        reply goes back as `encode_router_reply` gives it).
 
         A receive that waited hands its messages only to a `caller` still there (see `callers`):
         those locked for one that died are released, no delivery counted."""
@@ -418,17 +419,16 @@ class GatewayActor:
             await self.gateway.handles.ready()
         if operation in DATA_OPERATIONS:
             started = time.monotonic()
-            args = decode_router_args(operation, args)
-            result = await self.gateway.router.run(operation, *args)
-            if (operation == "receive" and result["messages"] and time.monotonic() - started > CALLER_CHECK_AFTER_S
-                    and await caller_gone_async(caller)):
-                receiver_id, entity, subq, mode, session = args[:5]
-                return await self.gateway.router.receives.receiver_gone(receiver_id, entity, subq, mode, session, result)
-            return result
+            request = decode_router_request([operation, *args])
+            result = await self.gateway.router.run(request)
+            if (isinstance(request, ReceiveRequest) and result.messages
+                    and time.monotonic() - started > CALLER_CHECK_AFTER_S and await caller_gone_async(caller)):
+                result = await self.gateway.router.receives.receiver_gone(request, result)
+            return encode_router_reply(result)
         admin = self.gateway.operations.get(operation)
         if admin is None:
             raise InvalidOperationError(f"the gateway has no operation {operation!r}; expected one of "
-                                        f"{', '.join(DATA_OPERATIONS + tuple(self.gateway.operations))}")
+                                        f"{', '.join(sorted(DATA_OPERATIONS) + list(self.gateway.operations))}")
         return await admin(*args)
 
     async def pid(self) -> int:

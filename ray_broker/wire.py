@@ -1,11 +1,9 @@
-"""The wire: typed records for everything that travels between clients, routers and partitions.
+"""The wire: typed records for what travels between routers and partitions.
 
-Two layers of requests:
-- partition operations (`PartitionRequest`): what one partition actor runs, each in one store
-  transaction; a router sends them, and a transaction is a list of them applied together;
-- router operations: the data operations a client asks of a router (embedded in the client, or
-  in a gateway on the relay path), whose held sessions and settlements are records too and
-  cross to a gateway encoded (`encode_router_args`, `decode_router_args`).
+Here are the partition operations (`PartitionRequest`): what one partition actor runs, each in
+one store transaction; a router sends them, and a transaction is a list of them applied together.
+The values they share with the router's own requests (`router_requests`) are here too: a
+settlement, a session lock as partitions check it and as clients hold it.
 
 Each record is a `NamedTuple`: named fields in the code and in tests. On the wire it is a plain
 list: Ray packs lists, dicts, str, bytes and numbers with msgpack, but pickles tuples (a
@@ -61,9 +59,31 @@ class HeldSession(NamedTuple):
         return SessionRef(self.session_id, self.lock_token)
 
     @classmethod
-    def granted(cls, reply: Mapping[str, Any]) -> HeldSession:
-        """The session a router's `accept_session` reply grants."""
-        return cls(reply["session_id"], reply["lock_token"], reply["partition"], reply["locked_until"])
+    def granted(cls, lock: Mapping[str, Any], partition: int) -> HeldSession:
+        """The session a partition's session lock (its `AcceptSession` reply) grants, where it
+        lives (`partition`)."""
+        return cls(lock["session_id"], lock["lock_token"], partition, lock["locked_until"])
+
+
+class Delivered(NamedTuple):
+    """A partition's reply to a receive (`Receive`, or a waiting receive): the records handed out,
+    whether more are available, and how many are (its backlog). Crosses Ray as the mapping the
+    engine makes (`delivered` types it)."""
+
+    messages: list[dict[str, Any]]
+    more: bool
+    backlog: int
+
+
+def delivered(reply: Mapping[str, Any]) -> Delivered:
+    """The `Delivered` of a partition's receive reply as it crossed Ray."""
+    return Delivered(reply["messages"], reply["more"], reply["backlog"])
+
+
+def typed_results(calls: Sequence[Any], results: Sequence[Any]) -> list[Any]:
+    """A partition call's results (one per request of `calls`), a receive's typed (`Delivered`),
+    the others as they are."""
+    return [delivered(result) if isinstance(call, Receive) else result for call, result in zip(calls, results)]
 
 
 # ---------------------------------------------------------------------------- partition operations
@@ -417,58 +437,3 @@ def decode(fields: Sequence[Any]) -> PartitionRequest:
         raise InvalidOperationError(f"partitions run no operation {fields[0] if fields else None!r}; they run "
                                     f"{', '.join(sorted(_DECODERS))}")
     return decoder(fields)
-
-
-# ---------------------------------------------------------------------------- router operations across Ray
-
-HELD_SESSION = "held session"
-SETTLEMENTS = "settlements"
-TRANSACTION_OPERATIONS = "transaction operations"
-
-ROUTER_RECORDS: dict[str, dict[int, str]] = {
-    "receive": {4: HELD_SESSION, 8: SETTLEMENTS},
-    "settle": {2: HELD_SESSION, 3: SETTLEMENTS},
-    "receive_deferred": {3: HELD_SESSION},
-    "peek": {2: HELD_SESSION},
-    "session_call": {1: HELD_SESSION},
-    "commit_transaction": {3: TRANSACTION_OPERATIONS},
-}
-"""Which positional argument of each router data operation holds records (and which kind): those
-cross to a gateway as lists. The other operations' arguments are plain values."""
-
-
-def _encode_value(kind: str, value: Any) -> Any:
-    if value is None:
-        return None
-    if kind == HELD_SESSION:
-        return list(value)
-    if kind == SETTLEMENTS:
-        return [list(s) for s in value]
-    return [encode(op) for op in value]
-
-
-def _decode_value(kind: str, value: Any) -> Any:
-    if value is None:
-        return None
-    if kind == HELD_SESSION:
-        return HeldSession(*value)
-    if kind == SETTLEMENTS:
-        return _settlements(value)
-    return [decode(op) for op in value]
-
-
-def encode_router_args(operation: str, args: Sequence[Any]) -> tuple[Any, ...]:
-    """The arguments of router operation `operation` as they cross Ray to a gateway: the records
-    `ROUTER_RECORDS` names as lists, the rest as they are."""
-    records = ROUTER_RECORDS.get(operation)
-    if records is None:
-        return tuple(args)
-    return tuple(_encode_value(records[i], a) if i in records else a for i, a in enumerate(args))
-
-
-def decode_router_args(operation: str, args: Sequence[Any]) -> tuple[Any, ...]:
-    """The arguments `encode_router_args` gave, with their records typed again."""
-    records = ROUTER_RECORDS.get(operation)
-    if records is None:
-        return tuple(args)
-    return tuple(_decode_value(records[i], a) if i in records else a for i, a in enumerate(args))

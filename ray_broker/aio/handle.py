@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Iterable, TypeVar
 
 from ..client import management, operating
 from ..client.direct import open_link
-from ..client.flow import Flow, request, run_async
+from ..client.flow import Flow, route, run_async
 from ..client.management import MANAGEMENT_TIMEOUT_S
 from ..client.handle import NamespaceBase
 from ..config import NamespaceConfig
@@ -25,6 +25,7 @@ from ..filters import RuleProperties, TrueFilter
 from ..keys.sas import SasKey
 from ..message import ReceivedMessage
 from ..protocol import SubQueue
+from ..router_requests import PurgeReply, PurgeRequest
 from .closing import Closing
 from .paging import ItemList
 from .receiver import Receiver
@@ -41,11 +42,11 @@ MAX_DELETE_BATCH = 4000
 """The most messages one `delete_messages` call takes (Service Bus's limit of a batch delete)."""
 
 
-def _delete_batch(entity: str, subq: int, max_count: int, before: float | None) -> Flow[dict[str, Any]]:
+def _delete_batch(entity: str, subq: int, max_count: int, before: float | None) -> Flow[PurgeReply]:
     """One purge batch of about `max_count` messages over all of `entity`'s partitions, enqueued
-    before `before` when given: `{"removed", "more"}`."""
-    return (yield request("purge", entity, subq, max_count, MANAGEMENT_TIMEOUT_S, before, True,
-                          timeout=MANAGEMENT_TIMEOUT_S))
+    before `before` when given."""
+    return (yield route(PurgeRequest(entity, subq, max_count, MANAGEMENT_TIMEOUT_S, before, True),
+                        timeout=MANAGEMENT_TIMEOUT_S))
 
 
 class Namespace(NamespaceBase[Sender, Receiver, Transaction], Closing):
@@ -218,8 +219,8 @@ class Namespace(NamespaceBase[Sender, Receiver, Transaction], Closing):
         name = (await self._run(operating.holder(entity)))["name"]
         while True:
             reply = await self._run(operating.purge_batch(name, subq))
-            yield int(reply["removed"])
-            if not reply["more"]:
+            yield reply.removed
+            if not reply.more:
                 return
 
     async def delete_messages(self, entity: str, max_message_count: int, *, before: datetime | None = None,
@@ -236,7 +237,7 @@ class Namespace(NamespaceBase[Sender, Receiver, Transaction], Closing):
         name = (await self._run(operating.holder(entity)))["name"]
         cutoff = None if before is None else before.timestamp()
         reply = await self._run(_delete_batch(name, subq, max_message_count, cutoff))
-        return int(reply["removed"])
+        return reply.removed
 
     async def resubmit_dead_letters(self, entity: str, *, sequence_numbers: Iterable[int] | None = None,
                                     filter: Any = None, to: str | None = None) -> int:

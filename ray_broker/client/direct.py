@@ -13,15 +13,14 @@ import asyncio
 import concurrent.futures
 import os
 import threading
-import time
 import weakref
-from typing import Any
+from typing import Any, Coroutine
 
 from ..config import NamespaceConfig
 from ..errors import OperationTimeoutError
-from ..routing.immediate import receive_now, send_now
+from ..router_requests import RouterRequest
 from ..routing.ray_channel import RayChannel, TableHandles
-from ..routing.router import DATA_OPERATIONS, Router
+from ..routing.router import Later, Router
 from ..sku import get_sku
 from .core import CALL_GRACE_S
 from .link import GatewayLink
@@ -60,8 +59,9 @@ ROUTER_LOOP = _LoopThread()
 
 
 class DirectLink:
-    """A client's link to its namespace: `call(operation, *args, timeout)` like `GatewayLink`, with
-    data operations served by an embedded router calling partitions directly.
+    """A client's link to its namespace, like `GatewayLink`: `route(request)` runs a data operation
+    on a router embedded here, calling partitions directly; `call(operation, *args)` runs
+    management at the gateway.
 
     Args:
         config: the namespace.
@@ -83,50 +83,48 @@ class DirectLink:
                                                   get_sku(self.config.sku))
         return router
 
-    async def call_async(self, operation: str, *args: Any, timeout: float) -> Any:
-        """Run an operation on the running loop, waiting up to `timeout` + grace: data operations
-        through the loop's router, the rest at the gateway."""
+    async def route_async(self, request: RouterRequest, *, timeout: float) -> Any:
+        """Run a router request through the running loop's router, waiting up to `timeout` + grace."""
         try:
-            return await asyncio.wait_for(self._serve(operation, args, timeout), timeout + CALL_GRACE_S)
+            return await asyncio.wait_for(self._route(request), timeout + CALL_GRACE_S)
         except asyncio.TimeoutError:
-            raise self._timed_out(operation, timeout) from None
+            raise self._timed_out(request.OPERATION, timeout) from None
+
+    def route(self, request: RouterRequest, *, timeout: float) -> Any:
+        """Run a router request from synchronous code, waiting up to `timeout` + grace: what one
+        round of partition calls serves on this thread (`Router.try_now`), the rest on the
+        router's loop."""
+        router = self._routers.get(ROUTER_LOOP.loop()) if self.handles.loaded else None
+        if router is None:
+            return self._on_loop(self._route(request), request.OPERATION, timeout)
+        now = router.try_now(request)
+        if not isinstance(now, Later):
+            return now
+        left = timeout if now.timeout is None else now.timeout
+        return now.reply(self._on_loop(self._route(now.request), request.OPERATION, left))
+
+    async def call_async(self, operation: str, *args: Any, timeout: float) -> Any:
+        """Run a management operation at the gateway; the entity definitions it changes are
+        remembered (or forgotten) by this link's routers."""
+        result = await self.gateway.call_async(operation, *args, timeout=timeout)
+        for router in list(self._routers.values()):
+            if operation in _ENTITY_CHANGES:
+                router.definitions.remember(result)
+            elif operation == "delete_entity":
+                router.definitions.forget(args[0])
+        return result
 
     def call(self, operation: str, *args: Any, timeout: float) -> Any:
-        """Run an operation from synchronous code, waiting up to `timeout` + grace: a send or
-        receive that one round of partition calls serves on this thread (`routing.immediate`),
-        everything else (and what that round leaves) on the router's loop."""
-        router = self._routers.get(ROUTER_LOOP.loop()) if self.handles.loaded else None
-        if router is not None and operation == "send":
-            return self._send_now(router, args, timeout)
-        if router is not None and operation == "receive":
-            return self._receive_now(router, args, timeout)
-        return self._on_loop(operation, args, timeout)
+        """`call_async` from synchronous code, on the router's loop."""
+        return self._on_loop(self.call_async(operation, *args, timeout=timeout), operation, timeout)
 
-    def _send_now(self, router: Router, args: tuple[Any, ...], timeout: float) -> Any:
-        entity, envelopes, wait, producer = args
-        started = time.monotonic()
-        seqs = send_now(router, entity, envelopes, wait, producer)
-        if seqs is not None:
-            return seqs
-        left = max(wait - (time.monotonic() - started), 0.0)
-        return self._on_loop("send", (entity, envelopes, left, producer), left)
+    async def _route(self, request: RouterRequest) -> Any:
+        router = self.router()
+        await self.handles.load()
+        return await router.run(request)
 
-    def _receive_now(self, router: Router, args: tuple[Any, ...], timeout: float) -> Any:
-        receiver_id, entity, subq, mode, session, count, wait, prefetch, settlements, partitions = args
-        started = time.monotonic()
-        done = receive_now(router, receiver_id, entity, subq, mode, session, count, prefetch, settlements, partitions)
-        if done is None:
-            return self._on_loop("receive", args, timeout)
-        if done.complete:
-            return done.reply
-        got = len(done.reply["messages"])
-        left = 0.0 if got else max(wait - (time.monotonic() - started), 0.0)
-        later = self._on_loop("receive", (receiver_id, entity, subq, mode, session, count - got, left, prefetch,
-                                          [settlements[i] for i in done.rest], partitions), left)
-        return done.merged(later)
-
-    def _on_loop(self, operation: str, args: tuple[Any, ...], timeout: float) -> Any:
-        future = asyncio.run_coroutine_threadsafe(self._serve(operation, args, timeout), ROUTER_LOOP.loop())
+    def _on_loop(self, work: Coroutine[Any, Any, Any], operation: str, timeout: float) -> Any:
+        future = asyncio.run_coroutine_threadsafe(work, ROUTER_LOOP.loop())
         try:
             return future.result(timeout + CALL_GRACE_S)
         except concurrent.futures.TimeoutError:
@@ -135,19 +133,6 @@ class DirectLink:
         except BaseException:
             future.cancel()
             raise
-
-    async def _serve(self, operation: str, args: tuple[Any, ...], timeout: float) -> Any:
-        if operation in DATA_OPERATIONS:
-            router = self.router()
-            await self.handles.load()
-            return await router.run(operation, *args)
-        result = await self.gateway.call_async(operation, *args, timeout=timeout)
-        for router in list(self._routers.values()):
-            if operation in _ENTITY_CHANGES:
-                router.definitions.remember(result)
-            elif operation == "delete_entity":
-                router.definitions.forget(args[0])
-        return result
 
     def _timed_out(self, operation: str, timeout: float) -> OperationTimeoutError:
         return OperationTimeoutError(

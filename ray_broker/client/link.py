@@ -14,7 +14,7 @@ from ..config import NamespaceConfig
 from ..errors import OperationTimeoutError, unwrap_remote_error
 from ..routing.health import RETRY_BACKOFF
 from ..routing.ray_channel import GONE_FOR_GOOD
-from ..wire import encode_router_args
+from ..router_requests import RouterRequest, decode_router_reply, encode_router_request
 from .core import CALL_GRACE_S
 
 
@@ -74,8 +74,16 @@ class GatewayLink:
             self._handle = gateway_actor(self.config, self.index)
         return self._handle
 
+    def route(self, request: RouterRequest, *, timeout: float) -> Any:
+        """Run a router request at the gateway's router (the relay path); its typed reply."""
+        return decode_router_reply(request, self.call(*encode_router_request(request), timeout=timeout))
+
+    async def route_async(self, request: RouterRequest, *, timeout: float) -> Any:
+        """`route` for an event loop."""
+        return decode_router_reply(request, await self.call_async(*encode_router_request(request), timeout=timeout))
+
     def call(self, operation: str, *args: Any, timeout: float) -> Any:
-        """Run a gateway operation, retrying while the gateway restarts, until `timeout` (+ grace)."""
+        """Run a gateway operation (a router request's as `encode_router_request` gives it), retrying while the gateway restarts, until `timeout` (+ grace)."""
         deadline = time.monotonic() + timeout + CALL_GRACE_S
         attempt = 0
         while True:
@@ -110,12 +118,10 @@ class GatewayLink:
             await asyncio.sleep(delay)
 
     def _submit(self, operation: str, args: tuple[Any, ...]) -> Any:
-        """Send one call to the gateway, its records as lists (`wire.encode_router_args`); a waiting
-        one carries this process's `caller_token`."""
-        wired = encode_router_args(operation, args)
+        """Send one call to the gateway; a waiting one carries this process's `caller_token`."""
         if operation in WAITING_OPERATIONS:
-            return self.handle().call.remote(operation, *wired, caller=caller_token())
-        return self.handle().call.remote(operation, *wired)
+            return self.handle().call.remote(operation, *args, caller=caller_token())
+        return self.handle().call.remote(operation, *args)
 
     def _retry_delay(self, exc: BaseException, ref: Any, operation: str, timeout: float, deadline: float,
                      attempt: int) -> float:

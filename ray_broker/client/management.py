@@ -42,8 +42,9 @@ from ..filters import (
 )
 from ..keys.keyring import keys_from_rows, rights_of
 from ..keys.sas import SasKey
+from ..router_requests import DefinitionRequest
 from ..sku import Sku
-from .flow import Flow, request
+from .flow import Flow, request, route
 
 MANAGEMENT_TIMEOUT_S = 60.0
 """How long a management call waits."""
@@ -173,7 +174,7 @@ class SubscriptionOptions(TypedDict, total=False):
 
 def entity_definition(name: str, kind: str) -> Flow[dict[str, Any]]:
     """An entity's definition, fresh from the namespace (`MessagingEntityNotFoundError` for another kind)."""
-    definition = yield request("definition", name, True, timeout=MANAGEMENT_TIMEOUT_S)
+    definition = yield route(DefinitionRequest(name, True), timeout=MANAGEMENT_TIMEOUT_S)
     if definition["kind"] != kind:
         raise MessagingEntityNotFoundError(f"{name!r} is a {definition['kind']}, not a {kind}", entity=name)
     return definition  # type: ignore[no-any-return]

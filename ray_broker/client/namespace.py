@@ -356,8 +356,8 @@ class Namespace(NamespaceBase[Sender, Receiver, Transaction]):
         name = self._run(operating.holder(entity))["name"]
         while True:
             reply = self._run(operating.purge_batch(name, subq))
-            yield int(reply["removed"])
-            if not reply["more"]:
+            yield reply.removed
+            if not reply.more:
                 return
 
     def resubmit_dead_letters(self, entity: str, *, sequence_numbers: Iterable[int] | None = None,

@@ -13,8 +13,9 @@ from ..errors import InvalidArgumentError, InvalidOperationError, MessagingEntit
 from ..filters import CorrelationFilter, RuleProperties, SqlFilter, compile_rules, rule_to_wire
 from ..message import MAX_ID_LENGTH, Message, ReceivedMessage
 from ..protocol import SUB_QUEUE_NUMBERS, SubQueue, make_sequence_number
+from ..router_requests import DefinitionRequest, PeekRequest, PeekSessionRequest, PurgeReply, PurgeRequest
 from .core import MAX_RECEIVE_COUNT
-from .flow import Flow, request
+from .flow import Flow, route
 from .management import MANAGEMENT_TIMEOUT_S
 
 PURGE_BATCH = 1000
@@ -64,17 +65,17 @@ def holder(entity: str, fresh: bool = True) -> Flow[dict[str, Any]]:
     (which holds no messages of its own), `MessagingEntityNotFoundError` when absent."""
     topic, subscription = split_path(entity)
     name = topic if subscription is None else f"{topic}{SUBSCRIPTIONS_SEGMENT}{subscription}"
-    definition = yield request("definition", name, fresh, timeout=MANAGEMENT_TIMEOUT_S)
+    definition = yield route(DefinitionRequest(name, fresh), timeout=MANAGEMENT_TIMEOUT_S)
     if definition["kind"] == "topic":
         raise InvalidOperationError(f"{entity!r} is a topic, which holds no messages of its own: name one of its "
                                     f"subscriptions as {entity}/Subscriptions/SUB", entity=entity)
     return definition  # type: ignore[no-any-return]
 
 
-def purge_batch(entity: str, subq: int) -> Flow[dict[str, Any]]:
+def purge_batch(entity: str, subq: int) -> Flow[PurgeReply]:
     """Remove up to `PURGE_BATCH` messages of sub-queue `subq` of `entity` on each of its
-    partitions: `{"removed", "more"}`."""
-    return (yield request("purge", entity, subq, PURGE_BATCH, MANAGEMENT_TIMEOUT_S, timeout=MANAGEMENT_TIMEOUT_S))
+    partitions."""
+    return (yield route(PurgeRequest(entity, subq, PURGE_BATCH, MANAGEMENT_TIMEOUT_S), timeout=MANAGEMENT_TIMEOUT_S))
 
 
 def destination(to: str | None, definition: dict[str, Any]) -> Flow[Target]:
@@ -86,7 +87,7 @@ def destination(to: str | None, definition: dict[str, Any]) -> Flow[Target]:
             return Target("topic", str(definition["topic"]), deduplicating)
         return Target("queue", str(definition["name"]), deduplicating)
     try:
-        found = yield request("definition", to, True, timeout=MANAGEMENT_TIMEOUT_S)
+        found = yield route(DefinitionRequest(to, True), timeout=MANAGEMENT_TIMEOUT_S)
     except MessagingEntityNotFoundError:
         raise MessagingEntityNotFoundError(f"there is no queue or topic named {to!r} to resubmit to; create it or "
                                            "name another", entity=to) from None
@@ -242,9 +243,9 @@ def peek(entity: str, max_message_count: Any, *, sequence_number: Any, sub_queue
     while len(found) < count and (end is None or start < end):
         want = min(count - len(found) if selects is None else PEEK_PAGE, MAX_RECEIVE_COUNT)
         if session_id is None:
-            records = yield request("peek", name, subq, None, start, want, end, timeout=PEEK_TIMEOUT_S)
+            records = yield route(PeekRequest(name, subq, None, start, want, end), timeout=PEEK_TIMEOUT_S)
         else:
-            records = yield request("peek_session", name, subq, session_id, start, want, end, timeout=PEEK_TIMEOUT_S)
+            records = yield route(PeekSessionRequest(name, subq, session_id, start, want, end), timeout=PEEK_TIMEOUT_S)
         if not records:
             break
         page = [ReceivedMessage(r, peeked=True) for r in records]

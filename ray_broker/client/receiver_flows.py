@@ -14,6 +14,16 @@ from typing import Any, Union
 from ..clock import to_datetime
 from ..errors import InvalidOperationError, MessageAlreadySettled
 from ..message import ReceivedMessage
+from ..router_requests import (
+    AcceptSessionRequest,
+    CloseReceiverRequest,
+    PeekRequest,
+    ReceiveDeferredRequest,
+    ReceiveReply,
+    ReceiveRequest,
+    SessionCallRequest,
+    SettleRequest,
+)
 from ..sku import Sku
 from ..wire import HeldSession, SessionRef
 from .core import (
@@ -30,7 +40,7 @@ from .core import (
     settlement_op,
     wait_seconds,
 )
-from .flow import Flow, Link, request
+from .flow import Flow, Link, route
 from .renewal import LockView, Registration
 from .transacting import check_transaction
 
@@ -101,8 +111,8 @@ class ReceiverBase:
         if target.session_id is None or self._session is not None:
             return
         wanted = None if target.session_id is NEXT_AVAILABLE_SESSION else target.session_id
-        lock = yield request("accept_session", target.entity, wanted, target.max_wait_time, timeout=target.max_wait_time)
-        self._session = HeldSession.granted(lock)
+        self._session = yield route(AcceptSessionRequest(target.entity, wanted, target.max_wait_time),
+                                    timeout=target.max_wait_time)
 
     def _close(self) -> Flow[None]:
         """Send pending settlements, then release what the receiver holds and its session lock."""
@@ -110,10 +120,9 @@ class ReceiverBase:
             return
         yield from self._send_buffered()
         self._closed = True
-        yield request("close_receiver", self._key, timeout=OP_TIMEOUT_S)
+        yield route(CloseReceiverRequest(self._key), timeout=OP_TIMEOUT_S)
         if self._session is not None:
-            yield request("session_call", self._target.entity, self._session, "release_session",
-                          timeout=OP_TIMEOUT_S)
+            yield route(SessionCallRequest(self._target.entity, self._session, "release_session"), timeout=OP_TIMEOUT_S)
         self._settlements.raise_deferred()
 
     # ------------------------------------------------------------------ buffered settlements
@@ -124,8 +133,8 @@ class ReceiverBase:
         if not ops:
             return
         try:
-            results = yield request("settle", self._target.entity, self._target.subq, self._session, ops,
-                                    OP_TIMEOUT_S, timeout=OP_TIMEOUT_S)
+            results = yield route(SettleRequest(self._target.entity, self._target.subq, self._session, ops,
+                                                OP_TIMEOUT_S), timeout=OP_TIMEOUT_S)
         except Exception as exc:  # noqa: BLE001 - kept and raised by the receiver's next operation
             self._settlements.fail(exc, len(ops))
             return
@@ -162,14 +171,15 @@ class ReceiverBase:
         session = self._session
         ops = self._settlements.drain()
         try:
-            reply = yield request("receive", self._key, target.entity, target.subq, target.mode.value, session, count,
-                                  wait, target.prefetch_count, ops, target.partitions, timeout=wait)
+            reply: ReceiveReply = yield route(ReceiveRequest(
+                self._key, target.entity, target.subq, target.mode.value, session, count, wait, target.prefetch_count,
+                ops, target.partitions), timeout=wait)
         except BaseException as exc:
             if ops:
                 self._settlements.fail(exc, len(ops))
             raise
-        self._settlements.record(reply["settled"])
-        messages = self._received(reply["messages"])
+        self._settlements.record(reply.settled)
+        messages = self._received(reply.messages)
         if messages and self._session is not None:
             self._session = self._session._replace(
                 seen=max(self._session.seen, max(m.sequence_number for m in messages)))
@@ -183,8 +193,8 @@ class ReceiverBase:
             return []
         yield from self._open()
         target = self._target
-        records = yield request("receive_deferred", target.entity, target.subq, target.mode.value,
-                                self._session, seqs, OP_TIMEOUT_S, timeout=OP_TIMEOUT_S)
+        records = yield route(ReceiveDeferredRequest(target.entity, target.subq, target.mode.value, self._session,
+                                                     seqs, OP_TIMEOUT_S), timeout=OP_TIMEOUT_S)
         return self._received(records)
 
     def _peek(self, max_message_count: int, sequence_number: int,
@@ -196,8 +206,8 @@ class ReceiverBase:
         start = check_sequence_number(sequence_number) or self._peek_from
         end = None if end_sequence_number is None else check_sequence_number(end_sequence_number)
         yield from self._open()
-        records = yield request("peek", self._target.entity, self._target.subq, self._session, start, count,
-                                end, timeout=OP_TIMEOUT_S)
+        records = yield route(PeekRequest(self._target.entity, self._target.subq, self._session, start, count, end),
+                              timeout=OP_TIMEOUT_S)
         messages = [ReceivedMessage(r, peeked=True) for r in records]
         if messages:
             self._peek_from = messages[-1].sequence_number + 1
@@ -242,8 +252,8 @@ class ReceiverBase:
         if send_buffered:
             yield from self._before_operation()
         op = settlement_op(message, "renew", self._key, self._closed)
-        results = yield request("settle", self._target.entity, self._target.subq, None, [op], OP_TIMEOUT_S,
-                                timeout=OP_TIMEOUT_S)
+        results = yield route(SettleRequest(self._target.entity, self._target.subq, None, [op], OP_TIMEOUT_S),
+                              timeout=OP_TIMEOUT_S)
         apply_settlement(message, "renew", results[0])
         return float(results[0])
 
@@ -256,8 +266,8 @@ class ReceiverBase:
             yield from self._before_operation()
         yield from self._open()
         assert self._session is not None, "only session receivers have a session"
-        return (yield request("session_call", self._target.entity, self._session, operation, *args,
-                              timeout=OP_TIMEOUT_S))
+        return (yield route(SessionCallRequest(self._target.entity, self._session, operation, args),
+                            timeout=OP_TIMEOUT_S))
 
     def _set_session_state(self, state: bytes | str | None) -> Flow[None]:
         yield from self._session_call("set_session_state", session_state_bytes(state, self._sku))

@@ -11,11 +11,27 @@ from typing import Any
 
 from ..errors import InvalidArgumentError, InvalidOperationError
 from ..protocol import NAMED_PRODUCER_PREFIX
+from ..message import ReceivedMessage
+from ..router_requests import (
+    CancelScheduledRequest,
+    SendBatchesRequest,
+    SendPeekSessionRequest,
+    SendRequest,
+    SentAndPeeked,
+)
 from ..routing.planner import batch_number, check_sticky_batches, next_run
 from ..sku import Sku
-from ..message import ReceivedMessage
-from .core import DEFAULT_TIMEOUT_S, MAX_RECEIVE_COUNT, MessageBatch, envelopes_for_send, new_batch, schedule_epoch, sequence_list, wait_seconds
-from .flow import Call, Flow, Link, request
+from .core import (
+    DEFAULT_TIMEOUT_S,
+    MAX_RECEIVE_COUNT,
+    MessageBatch,
+    envelopes_for_send,
+    new_batch,
+    schedule_epoch,
+    sequence_list,
+    wait_seconds,
+)
+from .flow import Flow, Link, Route, route
 from .transacting import check_transaction
 
 
@@ -58,12 +74,12 @@ class SenderBase:
             self._next_call = call + 1
         return self._producer, batch_number(call, self._sticky_batches, self._partition_count)
 
-    def _sending(self, call: Call) -> Flow[Any]:
-        """Make a send call, counted as in flight (see `_tag`) until it answers or fails."""
+    def _sending(self, send: Route) -> Flow[Any]:
+        """Make a send, counted as in flight (see `_tag`) until it answers or fails."""
         with self._tags:
             self._in_flight += 1
         try:
-            return (yield call)
+            return (yield send)
         finally:
             with self._tags:
                 self._in_flight -= 1
@@ -84,7 +100,7 @@ class SenderBase:
             yield from check_transaction(transaction)._stage_send(self._link, self.entity_name, envelopes)
         elif envelopes:
             wait = wait_seconds(timeout, DEFAULT_TIMEOUT_S)
-            yield from self._sending(request("send", self.entity_name, envelopes, wait, self._tag(), timeout=wait))
+            yield from self._sending(route(SendRequest(self.entity_name, envelopes, wait, self._tag()), timeout=wait))
 
     def _send_batches(self, batches: Any, timeout: float | None) -> Flow[None]:
         self._check_open()
@@ -96,7 +112,7 @@ class SenderBase:
                  if envelopes]
         if parts:
             wait = wait_seconds(timeout, DEFAULT_TIMEOUT_S)
-            yield from self._sending(request("send_batches", self.entity_name, parts, wait, timeout=wait))
+            yield from self._sending(route(SendBatchesRequest(self.entity_name, parts, wait), timeout=wait))
 
     def _send_idempotent(self, message: Any, producer_id: str, batch_number: int,
                          timeout: float | None) -> Flow[None]:
@@ -108,8 +124,8 @@ class SenderBase:
         envelopes = envelopes_for_send(self._sku, message)
         if envelopes:
             wait = wait_seconds(timeout, DEFAULT_TIMEOUT_S)
-            yield from self._sending(request("send", self.entity_name, envelopes, wait,
-                                             (NAMED_PRODUCER_PREFIX + producer_id, batch_number), timeout=wait))
+            tag = (NAMED_PRODUCER_PREFIX + producer_id, batch_number)
+            yield from self._sending(route(SendRequest(self.entity_name, envelopes, wait, tag), timeout=wait))
 
     def _send_peek_session(self, message: Any, timeout: float | None) -> Flow[list[ReceivedMessage]]:
         self._check_open()
@@ -117,9 +133,9 @@ class SenderBase:
         if not envelopes:
             raise InvalidArgumentError("send_and_peek_session needs at least one message to send")
         wait = wait_seconds(timeout, DEFAULT_TIMEOUT_S)
-        _, records = yield from self._sending(request("send_peek_session", self.entity_name, envelopes, wait,
-                                                      self._tag(), MAX_RECEIVE_COUNT, timeout=wait))
-        return [ReceivedMessage(record, peeked=True) for record in records]
+        send = SendPeekSessionRequest(self.entity_name, envelopes, wait, self._tag(), MAX_RECEIVE_COUNT)
+        reply: SentAndPeeked = yield from self._sending(route(send, timeout=wait))
+        return [ReceivedMessage(record, peeked=True) for record in reply.records]
 
     def _schedule(self, messages: Any, schedule_time_utc: datetime, timeout: float | None) -> Flow[list[int]]:
         self._check_open()
@@ -127,7 +143,7 @@ class SenderBase:
         if not envelopes:
             return []
         wait = wait_seconds(timeout, DEFAULT_TIMEOUT_S)
-        seqs = yield from self._sending(request("send", self.entity_name, envelopes, wait, self._tag(), timeout=wait))
+        seqs = yield from self._sending(route(SendRequest(self.entity_name, envelopes, wait, self._tag()), timeout=wait))
         return [int(s) for s in seqs if s is not None]
 
     def _cancel_scheduled(self, sequence_numbers: int | list[int], timeout: float | None) -> Flow[None]:
@@ -135,4 +151,4 @@ class SenderBase:
         seqs = sequence_list(sequence_numbers)
         if seqs:
             wait = wait_seconds(timeout, DEFAULT_TIMEOUT_S)
-            yield request("cancel_scheduled", self.entity_name, seqs, wait, timeout=wait)
+            yield route(CancelScheduledRequest(self.entity_name, seqs, wait), timeout=wait)

@@ -16,11 +16,12 @@ from ..clock import Clock, SystemClock
 from ..errors import InvalidArgumentError, InvalidOperationError, TransactionTimeoutError
 from ..message import ReceivedMessage
 from ..protocol import MAX_TRANSACTION_OPERATIONS, TRANSACTION_TIMEOUT_S
+from ..router_requests import CommitTransactionRequest, DefinitionRequest
 from ..routing import planner
 from ..sku import Sku
 from ..wire import Send, SessionRef, Settle, Settlement, TransactionOperation
 from .core import apply_settlement
-from .flow import Flow, Link, request
+from .flow import Flow, Link, route
 
 COMMIT_TIMEOUT_S = 60.0
 """How long a commit waits for its partition (retried while the partition restarts)."""
@@ -130,7 +131,7 @@ class TransactionBase:
     def _definition(self, entity: str) -> Flow[dict[str, Any]]:
         definition = self._definitions.get(entity.lower())
         if definition is None:
-            definition = yield request("definition", entity, False, timeout=DEFINITION_TIMEOUT_S)
+            definition = yield route(DefinitionRequest(entity), timeout=DEFINITION_TIMEOUT_S)
             self._definitions[entity.lower()] = definition
         return definition
 
@@ -172,8 +173,8 @@ class TransactionBase:
             return
         assert self._partition is not None and self._deadline is not None
         try:
-            results = yield request("commit_transaction", self._partition[0], self.transaction_id, self._deadline,
-                                    self._operations, COMMIT_TIMEOUT_S, timeout=COMMIT_TIMEOUT_S)
+            results = yield route(CommitTransactionRequest(self._partition[0], self.transaction_id, self._deadline,
+                                                           self._operations, COMMIT_TIMEOUT_S), timeout=COMMIT_TIMEOUT_S)
         except BaseException:
             self._drop("rolled back")
             raise

@@ -1,58 +1,74 @@
-"""Receive coordination on the router's loop: receives run as rounds (`rounds.ReceiveRounds`) over
-the partitions known to hold messages, and wait on every host partition at once (no polling) when
-none has any; settlements ride on the receive calls or go to their partitions; a receiver's
-cache, its waits under way and what they bring are released, uncounted, when it closes, is
-cancelled or its process dies; sessions are accepted (waiting for a free one) and called on
-their partition; deferred messages and peeks are read from the partitions holding them.
+"""Receives on the router: rounds of partition calls (`rounds.ReceiveRounds`) over the partitions
+known to hold messages, on the loop (`ReceiveCoordinator.receive`, which retries and waits on
+every host partition at once, no polling, when none has any) or one round on the caller's
+thread (`receive_now`); settlements ride on the receive calls or go to their partitions; a
+receiver's cache, its waits under way and what they bring are released, uncounted, when it
+closes, is cancelled or its process dies.
 """
 from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import dataclass, field
 from typing import Any, Awaitable, Iterator, Sequence
 
-from ..errors import InvalidOperationError, OperationTimeoutError
-from ..protocol import MAIN, PEEK_LOCK
-from ..wire import (
-    SESSION_OPERATIONS,
-    AcceptSession,
-    HeldSession,
-    Peek,
-    ReceiveDeferred,
-    Settle,
-    Settlement,
-)
+from ..protocol import PEEK_LOCK
+from ..router_requests import ReceiveReply, ReceiveRequest
+from ..wire import HeldSession, Settle, Settlement
 from . import planner
-from .channel import PartitionUnavailable
 from .definitions import Definitions
 from .reaching import ATTEMPT_TIMEOUT_S, PartitionReach
 from .receive_state import RECEIVER_IDLE_S, Hints, ReceiverState, Watch, brought, releases
 from .rounds import RELEASING, ReceiveRounds, fewest
+from .waiting import WATCH_TIMEOUT_S, PartitionWaits
 
-WATCH_TIMEOUT_S = 10.0
-"""The longest one wait on a partition lasts before it is renewed."""
 GATHER_WINDOW_S = 0.003
 """After the first waiting receive brings messages, how long the others get to bring theirs."""
 SETTLE_TIMEOUT_S = 60.0
 """How long settlements sent apart from a receive are retried on their partition."""
 
 
+@dataclass
+class ReceiveRound:
+    """What one round of a receive on the caller's thread did: the reply so far, and what it left
+    for the router's loop (`rest` settlement positions still to apply; `finished` False when more
+    messages may be had by asking again or waiting)."""
+
+    reply: ReceiveReply
+    rest: list[int] = field(default_factory=list)
+    finished: bool = True
+
+    @property
+    def complete(self) -> bool:
+        """Whether the reply is the whole receive."""
+        return self.finished and not self.rest
+
+    def merged(self, later: ReceiveReply) -> ReceiveReply:
+        """The reply with the loop's reply for what was left (the `rest` settlements) added."""
+        settled = list(self.reply.settled)
+        for i, result in zip(self.rest, later.settled):
+            settled[i] = result
+        return ReceiveReply(self.reply.messages + later.messages, settled)
+
+
 class ReceiveCoordinator:
-    """A router's receives, settlements, waits and sessions.
+    """A router's receives, settlements and receivers.
 
     Args:
         reach: the partitions.
         definitions: the entity definitions cache.
         hints: where messages are known to be.
-        spread: a rotating partition index (where a round or a session search starts).
+        waits: the router's waits on partitions.
+        spread: a rotating partition index (where a round starts).
     """
 
-    def __init__(self, reach: PartitionReach, definitions: Definitions, hints: Hints, spread: Iterator[int]) -> None:
+    def __init__(self, reach: PartitionReach, definitions: Definitions, hints: Hints, waits: PartitionWaits,
+                 spread: Iterator[int]) -> None:
         self._reach = reach
         self._definitions = definitions
         self.hints = hints
+        self._waits = waits
         self._spread = spread
-        self._watches: dict[tuple[Any, ...], asyncio.Task[bool]] = {}
         self._receivers: dict[str, ReceiverState] = {}
         self._background: set[asyncio.Future[Any]] = set()
 
@@ -64,12 +80,12 @@ class ReceiveCoordinator:
 
     async def receive(self, receiver_id: str, entity: str, subq: int, mode: str, session: HeldSession | None,
                       max_count: int, max_wait: float, prefetch: int, settlements: list[Settlement],
-                      partitions: Sequence[int] | None = None) -> dict[str, Any]:
+                      partitions: Sequence[int] | None = None) -> ReceiveReply:
         """Apply the settlements the call carries, then return up to `max_count` messages: from the
         receiver's cache, then from every partition (of `partitions`, when given) known (or not yet
         known not) to hold messages at once (the count shared out among them), waiting up to
-        `max_wait` seconds for the first one to arrive. Returns
-        `{"messages": [...], "settled": [one result per settlement]}`.
+        `max_wait` seconds for the first one to arrive. Returns the messages and one result per
+        settlement.
 
         Runs `rounds.ReceiveRounds` round after round. Settlements for a partition that serves the
         receive travel in the same partition call; the others are sent in parallel with it (and
@@ -108,14 +124,13 @@ class ReceiveCoordinator:
                         await self._fetch_any(state, receiver_id, definition, subq, hosts, max(remaining, 0.0), hints,
                                               job.wanted)
                         job.out.extend(state.take(job.wanted, time.time()))
-                    elif not await self._wait_any(definition, subq, session_id, False, hosts, max(remaining, 0.0)):
+                    elif not await self._waits.wait_any(definition, subq, session_id, False, hosts, max(remaining, 0.0)):
                         if reach.clock() >= deadline:
                             break
                     continue
                 calls = job.calls(chosen, settle_others=False)
-                outcomes = await asyncio.gather(*(reach.channel.call(c.partition, c.calls, ATTEMPT_TIMEOUT_S)
-                                                  for c in calls), return_exceptions=True)
-                if not job.apply(calls, outcomes, reach.health, reach.clock()):
+                outcomes = await reach.call_each([(c.partition, c.calls) for c in calls])
+                if not job.apply(calls, outcomes):
                     hints.update(dict.fromkeys(chosen, 0))
         except asyncio.CancelledError:
             watches, cached = state.detach()
@@ -132,6 +147,34 @@ class ReceiveCoordinator:
         await asyncio.gather(*background)
         state.last_used = reach.clock()
         return job.reply()
+
+    def receive_now(self, request: ReceiveRequest) -> ReceiveRound | None:
+        """One round of `receive` on the caller's thread: the receiver's cache, then the
+        partitions known to hold messages, every carried settlement going in the same calls.
+        Returns None (having done nothing) when the round would need the router's loop: no cached
+        definition, the receiver busy there (a receive or waits under way), or nothing cached or
+        known to be there."""
+        definition = self._definitions.cached(request.entity)
+        state = self.receiver(request.receiver_id, request.entity, request.subq)
+        if definition is None or state.watches or state.busy:
+            return None
+        session = request.session
+        hosts = self.receive_hosts(definition, session, request.partitions)
+        hints = self.hints.of(definition["name"], request.subq, None if session is None else session.session_id)
+        if not state.cache and not any(hints.get(k, 1) for k in hosts):
+            return None
+        job = ReceiveRounds(state, hints, request.entity, request.subq, request.mode, session, request.max_count,
+                            request.prefetch, request.settlements,
+                            self.settlement_groups(definition, session, request.settlements), time.time())
+        chosen = self.choose(hosts, hints, job.pending, job.wanted) if job.wanted > 0 else []
+        calls = job.calls(chosen, settle_others=True)
+        outcomes = self._reach.call_now([(c.partition, c.calls) for c in calls])
+        try:
+            job.apply(calls, outcomes)
+        finally:
+            state.last_used = self._reach.clock()
+        more = job.wanted > 0 and bool(self.choose(hosts, hints, {}, 1))
+        return ReceiveRound(job.reply(), job.left(), finished=bool(job.out) and not more)
 
     @staticmethod
     def _returnable(out: list[tuple[int, dict[str, Any]]], mode: str,
@@ -214,7 +257,7 @@ class ReceiveCoordinator:
                     self._fetch(k, receiver_id, name, subq, count, watch_for, hints))
         if state.watches:
             done, pending = await asyncio.wait(list(state.watches.values()),
-                                               timeout=self._watch_bound(hosts, watch_for + 1.0, now),
+                                               timeout=self._waits.bound(hosts, watch_for + 1.0, now),
                                                return_when=asyncio.FIRST_COMPLETED)
             if done and pending and wanted > 1:
                 await asyncio.wait(pending, timeout=GATHER_WINDOW_S)
@@ -225,78 +268,23 @@ class ReceiveCoordinator:
 
     async def _fetch(self, k: int, receiver_id: str, entity: str, subq: int, count: int, timeout: float,
                      hints: dict[int, int]) -> list[tuple[int, dict[str, Any]]]:
-        try:
-            reply = await self._reach.channel.receive_waiting(k, receiver_id, entity, subq, count, PEEK_LOCK, None, None,
-                                                       timeout)
-        except PartitionUnavailable:
-            self._reach.health.failed(k, self._reach.clock())
+        reply = await self._reach.receive_waiting(k, receiver_id, entity, subq, count, PEEK_LOCK, None, None, timeout)
+        if reply is None:
             return []
-        self._reach.health.succeeded(k)
-        hints[k] = int(reply["backlog"])
-        return [(k, r) for r in reply["messages"]]
+        hints[k] = reply.backlog
+        return [(k, r) for r in reply.messages]
 
-    async def _wait_any(self, definition: dict[str, Any], subq: int, session_id: str | None, free_session: bool,
-                        hosts: list[int], timeout: float) -> bool:
-        """Wait until some host partition has messages (shared watches, no polling); set hints.
-
-        Partitions in back-off are not watched; a watch that ends without news leaves the others
-        waiting, so a failing partition cannot turn the wait into a busy loop.
-        """
-        name = definition["name"]
-        key = name.lower()
-        watch_for = min(max(timeout, 0.0), WATCH_TIMEOUT_S)
-        now = self._reach.clock()
-        give_up = now + self._watch_bound(hosts, watch_for + 1.0, now)
-        waiting: set[asyncio.Task[bool]] = set()
-        for k in hosts:
-            if not self._reach.health.available(k, now):
-                continue
-            wkey = (key, subq, session_id, free_session, k)
-            task = self._watches.get(wkey)
-            if task is None or task.done():
-                task = asyncio.ensure_future(self._watch(name, subq, session_id, free_session, k, watch_for))
-                self._watches[wkey] = task
-                task.add_done_callback(lambda t, w=wkey: self._watches.pop(w, None) if self._watches.get(w) is t else None)
-            waiting.add(task)
-        while waiting:
-            remaining = give_up - self._reach.clock()
-            if remaining <= 0:
-                return False
-            done, waiting = await asyncio.wait(waiting, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
-            if any(not t.cancelled() and t.exception() is None and t.result() for t in done):
-                return True
-        await self._reach.sleep(0.05)
-        return False
-
-    def _watch_bound(self, hosts: list[int], longest: float, now: float) -> float:
-        """How long a receive's waits may go on before it looks at its hosts again: `longest`, or
-        less when a host left out for its back-off may be asked again sooner (so a partition that
-        failed once, say a dead actor since replaced, is not passed over for the whole wait)."""
-        retry = self._reach.health.next_retry(hosts, now)
-        return longest if retry is None else min(longest, retry)
-
-    async def _watch(self, entity: str, subq: int, session_id: str | None, free_session: bool, k: int,
-                     timeout: float) -> bool:
-        try:
-            available = await self._reach.channel.wait_available(k, entity, subq, session_id, free_session, timeout)
-        except PartitionUnavailable:
-            self._reach.health.failed(k, self._reach.clock())
-            return False
-        self._reach.health.succeeded(k)
-        if not free_session:
-            self.hints.of(entity, subq, session_id)[k] = int(available)
-        return available
-
-    async def settle(self, entity: str, subq: int, session: HeldSession | None, ops: list[Settlement],
+    async def settle(self, entity: str, subq: int, session: HeldSession | None, settlements: list[Settlement],
                      timeout: float) -> list[Any]:
-        """Apply settlements on the partitions holding the messages; one result per op, in order."""
+        """Apply settlements on the partitions holding the messages; one result per settlement, in
+        order."""
         deadline = self._reach.clock() + timeout
         definition = await self._definitions.get(entity)
-        groups = self.settlement_groups(definition, session, ops)
-        results: list[Any] = [None] * len(ops)
+        groups = self.settlement_groups(definition, session, settlements)
+        results: list[Any] = [None] * len(settlements)
 
         async def apply(k: int, indexes: list[int]) -> None:
-            replies = await self._settle_on(k, definition, subq, session, [ops[i] for i in indexes], deadline)
+            replies = await self._settle_on(k, definition, subq, session, [settlements[i] for i in indexes], deadline)
             for i, reply in zip(indexes, replies):
                 results[i] = reply
 
@@ -313,15 +301,14 @@ class ReceiveCoordinator:
         watches, cached = state.detach()
         return await self._give_back(receiver_id, state.entity, state.subq, cached, watches)
 
-    async def receiver_gone(self, receiver_id: str, entity: str, subq: int, mode: str, session: HeldSession | None,
-                            reply: dict[str, Any]) -> dict[str, Any]:
-        """A receive's reply that its receiver, gone, will never get: the receiver is closed and the
-        reply's locked messages released without counting a delivery (a session's are left to its
-        lock). Returns the reply without them."""
-        await self.close_receiver(receiver_id)
-        held = [(r["partition"], r) for r in reply["messages"]]
-        await self._release(entity, subq, self._returnable(held, mode, session))
-        return dict(reply, messages=[])
+    async def receiver_gone(self, request: ReceiveRequest, reply: ReceiveReply) -> ReceiveReply:
+        """The reply to `request` that its receiver, gone, will never get: the receiver is closed and
+        the reply's locked messages released without counting a delivery (a session's are left to
+        its lock). Returns the reply without them."""
+        await self.close_receiver(request.receiver_id)
+        held = [(r["partition"], r) for r in reply.messages]
+        await self._release(request.entity, request.subq, self._returnable(held, request.mode, request.session))
+        return reply._replace(messages=[])
 
     async def _give_back(self, receiver_id: str, entity: str, subq: int, held: list[tuple[int, dict[str, Any]]],
                          watches: dict[int, Watch]) -> int:
@@ -330,7 +317,7 @@ class ReceiveCoordinator:
         released. A wait that does not end within `ATTEMPT_TIMEOUT_S` releases what it brings
         when it ends."""
         if watches:
-            await asyncio.gather(*(self._reach.channel.end_waits(k, receiver_id) for k in watches), return_exceptions=True)
+            await self._reach.end_waits(list(watches), receiver_id)
             done, late = await asyncio.wait(list(watches.values()), timeout=ATTEMPT_TIMEOUT_S)
             held = held + brought(done)
             for task in late:
@@ -360,86 +347,3 @@ class ReceiveCoordinator:
         cutoff = self._reach.clock() - RECEIVER_IDLE_S
         for receiver_id in [r for r, s in self._receivers.items() if s.last_used < cutoff]:
             await self.close_receiver(receiver_id)
-
-    async def receive_deferred(self, entity: str, subq: int, mode: str, session: HeldSession | None,
-                               sequence_numbers: list[int], timeout: float) -> list[dict[str, Any]]:
-        """Deferred messages by sequence number, from the partitions that hold them."""
-        deadline = self._reach.clock() + timeout
-        definition = await self._definitions.get(entity)
-        groups = planner.group_by_sequence(definition, sequence_numbers, self._reach.count,
-                                           None if session is None else session.partition)
-        replies = await asyncio.gather(*(
-            self._reach.keyed(k, ReceiveDeferred(entity, subq, [sequence_numbers[i] for i in idx], mode,
-                                                 None if session is None else session.ref),
-                              deadline=deadline, entity=entity) for k, idx in groups.items()))
-        by_seq = {r["sequence_number"]: dict(r, partition=k) for k, rs in zip(groups, replies) for r in rs}
-        return [by_seq[s] for s in dict.fromkeys(sequence_numbers) if s in by_seq]
-
-    async def peek(self, entity: str, subq: int, session: HeldSession | None, from_sequence: int,
-                   max_count: int, to_sequence: int | None = None) -> list[dict[str, Any]]:
-        """Browse messages in sequence-number order from `from_sequence` (up to `to_sequence`,
-        exclusive, when given), across partitions in index order (those holding the range are all
-        asked at once)."""
-        definition = await self._definitions.get(entity)
-        hosts = planner.peek_hosts(definition, self._reach.count, from_sequence,
-                                   None if session is None else session.partition, to_sequence)
-        deadline = self._reach.clock() + 30.0
-        session_id = None if session is None else session.session_id
-        pages = await asyncio.gather(*(
-            self._reach.keyed(k, Peek(entity, subq, from_sequence if k == hosts[0] else (k << 48), max_count,
-                                      session_id, to_sequence), deadline=deadline, entity=entity) for k in hosts))
-        return planner.merge_peeks(pages, max_count)
-
-    async def peek_session(self, entity: str, subq: int, session_id: str, from_sequence: int, max_count: int,
-                           to_sequence: int | None = None) -> list[dict[str, Any]]:
-        """Browse one session's messages as `peek` does, without holding the session's lock (a
-        receiver may hold it meanwhile); `InvalidOperationError` for an entity without sessions."""
-        definition = await self._definitions.get(entity)
-        if not definition["options"]["requires_session"]:
-            raise InvalidOperationError(
-                f"entity {definition['name']!r} does not require sessions, so it has no session {session_id!r}; "
-                "peek it without session_id", entity=entity)
-        k = planner.session_partition(definition, session_id, self._reach.count)
-        return await self._reach.keyed(k, Peek(entity, subq, from_sequence, max_count, session_id, to_sequence),
-                                       deadline=self._reach.clock() + 30.0, entity=entity)
-
-    async def accept_session(self, entity: str, session_id: str | None, max_wait: float) -> dict[str, Any]:
-        """Lock a named session, or the next available one (waiting up to `max_wait`)."""
-        deadline = self._reach.clock() + max_wait
-        definition = await self._definitions.get(entity)
-        if not definition["options"]["requires_session"]:
-            raise InvalidOperationError(
-                f"entity {definition['name']!r} does not require sessions; open a receiver without session_id",
-                entity=entity)
-        if session_id is not None:
-            k = planner.session_partition(definition, session_id, self._reach.count)
-            lock = await self._reach.keyed(k, AcceptSession(entity, session_id),
-                                           deadline=max(deadline, self._reach.clock() + 30.0), entity=entity)
-            return dict(lock, partition=k)
-        hosts = planner.hosts(definition, self._reach.count)
-        probed = False
-        while True:
-            start = next(self._spread)
-            for j in range(len(hosts)):
-                k = hosts[(start + j) % len(hosts)]
-                if not self._reach.health.available(k, self._reach.clock()):
-                    continue
-                try:
-                    lock = await self._reach.call_one(k, AcceptSession(entity, None))
-                except PartitionUnavailable:
-                    continue
-                if lock is not None:
-                    return dict(lock, partition=k)
-            remaining = deadline - self._reach.clock()
-            if remaining <= 0 and probed:
-                raise OperationTimeoutError(
-                    f"no session of {definition['name']!r} became available within {max_wait:g} s; "
-                    "retry, or pass a longer max_wait_time", entity=entity)
-            probed = True
-            await self._wait_any(definition, MAIN, None, True, hosts, max(remaining, 0.0))
-
-    async def session_call(self, entity: str, session: HeldSession, operation: str, *args: Any) -> Any:
-        """Renew, release, or get/set the state of a held session."""
-        deadline = self._reach.clock() + 30.0
-        return await self._reach.keyed(session.partition, SESSION_OPERATIONS[operation](entity, session.ref, *args),
-                                       deadline=deadline, entity=entity)

@@ -18,6 +18,7 @@ from ..errors import (
     MessagingEntityNotFoundError,
     QuotaExceededError,
 )
+from ..router_requests import SendRequest
 from .router import Router
 
 FORWARD_BATCH = 256
@@ -73,8 +74,8 @@ class Forwarder:
             if transfer is None:
                 break
             try:
-                await self.router.sends.send(transfer["destination"], transfer["envelopes"], FORWARD_TIMEOUT_S,
-                                       (f"forwarder:{self.index}", transfer["id"]))
+                await self.router.run(SendRequest(transfer["destination"], transfer["envelopes"], FORWARD_TIMEOUT_S,
+                                                  (f"forwarder:{self.index}", transfer["id"])))
             except NEVER_DELIVERABLE as exc:
                 reason = type(exc).__name__.removesuffix("Error")
                 self.outbox.transfer_failed(transfer["id"], reason,

@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
+from ..router_requests import PurgeReply
 from ..wire import Purge
 from . import planner
 from .definitions import Definitions
@@ -18,7 +18,7 @@ class Purges:
         self._definitions = definitions
 
     async def purge(self, entity: str, subq: int, max_count: int, timeout: float, before: float | None = None,
-                    in_all: bool = False) -> dict[str, Any]:
+                    in_all: bool = False) -> PurgeReply:
         """Remove up to `max_count` messages of sub-queue `subq` of `entity` on each partition that
         holds it (`in_all`: about `max_count` over all of them, shared out evenly), enqueued before
         `before` (epoch seconds) when given, each retried there until `timeout`: how many in all,
@@ -30,4 +30,4 @@ class Purges:
         replies = await asyncio.gather(*(self._reach.keyed(k, Purge(entity, subq, each, before), deadline=deadline,
                                                             entity=entity)
                                          for k in hosts))
-        return {"removed": sum(r["removed"] for r in replies), "more": any(r["more"] for r in replies)}
+        return PurgeReply(sum(r["removed"] for r in replies), any(r["more"] for r in replies))

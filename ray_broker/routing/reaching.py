@@ -1,7 +1,9 @@
-"""Reaching partitions: one round trip, a keyed call retried on its partition until its deadline,
-an operation on every partition, a read from whichever partition answers; each outcome recorded
-in the partitions' health. All I/O goes through a `PartitionChannel`; time comes from `clock`
-(monotonic seconds) and back-offs are waited out with `sleep` (both injectable for tests).
+"""Reaching partitions, the router's one door to them: one round trip (or several at once, on the
+loop or from the caller's thread), a keyed call retried on its partition until its deadline, an
+operation on every partition, a read from whichever partition answers, a wait for messages;
+each outcome recorded in the partitions' health here and nowhere else. All I/O goes through a
+`PartitionChannel`; time comes from `clock` (monotonic seconds) and back-offs are waited out
+with `sleep` (both injectable for tests).
 """
 from __future__ import annotations
 
@@ -10,8 +12,8 @@ import time
 from typing import Any, Awaitable, Callable, Sequence
 
 from ..errors import PartitionUnavailableError
-from ..wire import PartitionRequest
-from .channel import PartitionChannel, PartitionUnavailable
+from ..wire import Delivered, PartitionRequest, SessionRef, delivered, typed_results
+from .channel import PartitionChannel, PartitionUnavailable, Request
 from .health import RETRY_BACKOFF, PartitionHealth
 
 ATTEMPT_TIMEOUT_S = 5.0
@@ -44,11 +46,73 @@ class PartitionReach:
         as `PartitionUnavailable`."""
         try:
             results = await self.channel.call(index, calls, min(timeout, ATTEMPT_TIMEOUT_S))
-        except PartitionUnavailable:
-            self.health.failed(index, self.clock())
+        except Exception as exc:  # an engine error is an answer: only `PartitionUnavailable` is none
+            self._record(index, exc)
             raise
-        self.health.succeeded(index)
-        return results
+        self._record(index, results)
+        return typed_results(calls, results)
+
+    def _record(self, index: int, outcome: Any) -> None:
+        """Record in the health what a call to partition `index` met: no answer, or an answer (an
+        engine error is one)."""
+        if isinstance(outcome, PartitionUnavailable):
+            self.health.failed(index, self.clock())
+        else:
+            self.health.succeeded(index)
+
+    async def call_each(self, requests: Sequence[Request],
+                        timeout: float = ATTEMPT_TIMEOUT_S) -> list[list[Any] | BaseException]:
+        """Several round trips at once on the loop: for each, its results or the error it met (an
+        engine error, or `PartitionUnavailable`)."""
+        outcomes = await asyncio.gather(*(self.channel.call(k, calls, min(timeout, ATTEMPT_TIMEOUT_S))
+                                          for k, calls in requests), return_exceptions=True)
+        return self._taken(requests, outcomes)
+
+    def call_now(self, requests: Sequence[Request],
+                 timeout: float = ATTEMPT_TIMEOUT_S) -> list[list[Any] | BaseException]:
+        """`call_each` from the caller's thread, blocking (the channel's `call_now`): nothing is
+        retried and no dead partition replaced."""
+        return self._taken(requests, self.channel.call_now(requests, min(timeout, ATTEMPT_TIMEOUT_S)))
+
+    def _taken(self, requests: Sequence[Request],
+               outcomes: Sequence[list[Any] | BaseException]) -> list[list[Any] | BaseException]:
+        """Round trips' outcomes recorded in the health, their results typed (`wire.typed_results`)."""
+        taken: list[list[Any] | BaseException] = []
+        for (k, calls), outcome in zip(requests, outcomes):
+            self._record(k, outcome)
+            taken.append(outcome if isinstance(outcome, BaseException) else typed_results(calls, outcome))
+        return taken
+
+    async def wait_available(self, index: int, entity: str, subq: int, session_id: str | None,
+                             free_session: bool, timeout: float) -> bool | None:
+        """Wait until a receive on partition `index` could get a message (True) or `timeout`
+        passes (False); None when the partition did not answer."""
+        try:
+            available = await self.channel.wait_available(index, entity, subq, session_id, free_session, timeout)
+        except PartitionUnavailable as exc:
+            self._record(index, exc)
+            return None
+        self._record(index, available)
+        return available
+
+    async def receive_waiting(self, index: int, receiver_id: str, entity: str, subq: int, max_count: int,
+                              mode: str, session: SessionRef | None, seen: int | None,
+                              timeout: float) -> Delivered | None:
+        """A receive on partition `index` that waits up to `timeout` for messages (the channel's
+        `receive_waiting`); None when the partition did not answer."""
+        try:
+            reply = await self.channel.receive_waiting(index, receiver_id, entity, subq, max_count, mode, session,
+                                                       seen, timeout)
+        except PartitionUnavailable as exc:
+            self._record(index, exc)
+            return None
+        self._record(index, reply)
+        return delivered(reply)
+
+    async def end_waits(self, indexes: Sequence[int], receiver_id: str) -> None:
+        """End `receiver_id`'s waiting receives on `indexes` now (a partition that does not answer
+        ends them itself when they time out)."""
+        await asyncio.gather(*(self.channel.end_waits(k, receiver_id) for k in indexes), return_exceptions=True)
 
     async def call_one(self, index: int, request: PartitionRequest, timeout: float = ATTEMPT_TIMEOUT_S) -> Any:
         """`call` with a single request; returns its result."""

@@ -2,8 +2,8 @@
 and what their outcomes mean. Two drivers run them:
 - the router's event loop (`send_routing.Sends`, `coordinator.ReceiveCoordinator`), which retries,
   waits and runs round after round;
-- the caller's thread (`immediate`), which runs one round with the channel's blocking `call_now`
-  and hands whatever is left to the loop.
+- the caller's thread (`Router.try_now`: `Sends.send_now`, `ReceiveCoordinator.receive_now`),
+  which runs one round with `PartitionReach.call_now` and hands whatever is left to the loop.
 
 The thread rule: a router belongs to its event loop, and a caller's thread may run a round of its
 own only in one case: a receiver with nothing under way on the loop (`ReceiverState.busy` and
@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
 from ..protocol import MAIN, PEEK_LOCK
-from ..wire import HeldSession, PartitionRequest, Receive, Send, Settle, Settlement
+from ..router_requests import ReceiveReply
+from ..wire import Delivered, HeldSession, PartitionRequest, Receive, Send, Settle, Settlement
 from . import planner
 from .channel import PartitionUnavailable
-from .health import PartitionHealth
 from .receive_state import Hints, ReceiverState
 
 RELEASING = ("abandon", "release")
@@ -169,10 +169,10 @@ class RoundCall:
     receives: bool
 
 
-def receive_reply(out: list[tuple[int, dict[str, Any]]], settled: list[Any]) -> dict[str, Any]:
+def receive_reply(out: list[tuple[int, dict[str, Any]]], settled: list[Any]) -> ReceiveReply:
     """A receive's reply: the messages handed out, each with its partition, and the results of
     the settlements it carried."""
-    return {"messages": [dict(r, partition=k) for k, r in out], "settled": settled}
+    return ReceiveReply([dict(r, partition=k) for k, r in out], settled)
 
 
 class ReceiveRounds:
@@ -182,7 +182,7 @@ class ReceiveRounds:
     to make: each chosen partition its share of the messages still wanted (the first also the
     prefetch the cache lacks) with the settlements pending for it, and, when asked, every other
     partition with pending settlements those alone. `apply` takes the calls' outcomes: settlement
-    results, messages handed out (the surplus to the cache), each partition's health and hint; a
+    results, messages handed out (the surplus to the cache), each partition's hint; a
     partition that did not answer gets its settlements back in `pending`; an engine error puts
     every message the receive took back in the cache and is raised.
     """
@@ -235,15 +235,14 @@ class ReceiveRounds:
                                      carried, False))
         return out
 
-    def apply(self, calls: list[RoundCall], outcomes: Sequence[list[Any] | BaseException], health: PartitionHealth,
-              now: float) -> bool:
-        """Take a round's outcomes (one per call, in order); returns whether it brought messages."""
+    def apply(self, calls: list[RoundCall], outcomes: Sequence[list[Any] | BaseException]) -> bool:
+        """Take a round's outcomes (one per call, in order; the partitions' health is recorded where
+        they were called, `PartitionReach`); returns whether it brought messages."""
         fetched: list[list[tuple[int, dict[str, Any]]]] = []
         failure: BaseException | None = None
         for call, outcome in zip(calls, outcomes):
             k = call.partition
             if isinstance(outcome, PartitionUnavailable):
-                health.failed(k, now)
                 if call.receives:
                     self.hints[k] = 0
                 if call.carried:
@@ -254,15 +253,14 @@ class ReceiveRounds:
                 for i in call.carried:
                     self.settled[i] = outcome
             else:
-                health.succeeded(k)
                 if call.carried:
                     for i, result in zip(call.carried, outcome[0]):
                         self.settled[i] = result
                 if call.receives:
-                    reply = outcome[-1]
-                    self.hints[k] = max(int(reply["backlog"]), int(any(self.settlements[i].action in RELEASING
-                                                                        for i in call.carried)))
-                    fetched.append([(k, r) for r in reply["messages"]])
+                    reply: Delivered = outcome[-1]
+                    self.hints[k] = max(reply.backlog, int(any(self.settlements[i].action in RELEASING
+                                                               for i in call.carried)))
+                    fetched.append([(k, r) for r in reply.messages])
         self._hand_out(fetched)
         if failure is not None:
             self.state.cache.extendleft(reversed(self.out))
@@ -277,6 +275,6 @@ class ReceiveRounds:
             self.out.extend(records[:take])
             self.state.cache.extend(records[take:])
 
-    def reply(self) -> dict[str, Any]:
+    def reply(self) -> ReceiveReply:
         """The receive's reply so far."""
         return receive_reply(self.out, self.settled)

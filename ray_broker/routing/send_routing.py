@@ -11,6 +11,7 @@ from typing import Any, Awaitable, Iterator, Sequence
 
 from ..errors import InvalidOperationError, PartitionUnavailableError
 from ..protocol import MAIN
+from ..router_requests import SendRequest, SentAndPeeked
 from ..sku import Sku
 from ..wire import CancelScheduled, CommitTransaction, Peek, Send, TransactionOperation
 from . import planner
@@ -75,7 +76,7 @@ class Sends:
         self._sku = sku
         self._spread = spread
         self._doubts: dict[tuple[str, int], int] = {}
-        """Unkeyed batches (by tag) that a call on the caller's thread (`immediate.send_now`) may
+        """Unkeyed batches (by tag) that a call on the caller's thread (`send_now`) may
         have stored on a partition that then failed, and which partition: see `doubt`."""
 
     def plan(self, definition: dict[str, Any],
@@ -96,6 +97,31 @@ class Sends:
               k: int) -> None:
         """`rounds.place` with this router's hints."""
         place(result, indexes, seqs, self._hints, entity, k)
+
+    def send_now(self, request: SendRequest) -> list[int | None] | None:
+        """`send` in one partition call on the caller's thread, when it takes one: a tagged batch
+        whose entity's definition is cached, bound for one partition that is available. Returns the
+        sequence numbers, or None when the send is to go through the router's loop (an unkeyed
+        batch this call may have stored is settled there on this partition first, under the same
+        tag: `doubt`; one it cannot have reached may go elsewhere at once)."""
+        definition = self._definitions.cached(request.entity)
+        if definition is None or request.producer is None:
+            return None
+        plan = self.plan(definition, [(request.envelopes, request.producer)])
+        single = plan.single()
+        if single is None or not self._reach.health.available(single[0], self._reach.clock()):
+            return None
+        k, call, indexes = single
+        (outcome,) = self._reach.call_now([(k, [call])], request.timeout)
+        if isinstance(outcome, PartitionUnavailable):
+            if outcome.reached and plan.unkeyed and plan.unkeyed[0].tag is not None:
+                self.doubt(plan.unkeyed[0].tag, k)
+            return None
+        if isinstance(outcome, BaseException):
+            raise outcome
+        result: list[int | None] = [None] * len(request.envelopes)
+        self.place(result, indexes, outcome[0], plan.entity, k)
+        return result
 
     async def send(self, entity: str, envelopes: list[dict[str, Any]], timeout: float,
                    producer: tuple[str, int] | None = None) -> list[int | None]:
@@ -199,10 +225,10 @@ class Sends:
         return None
 
     async def send_peek_session(self, entity: str, envelopes: list[dict[str, Any]], timeout: float,
-                                producer: tuple[str, int] | None, max_count: int) -> list[Any]:
+                                producer: tuple[str, int] | None, max_count: int) -> SentAndPeeked:
         """Store messages of one session and browse that session as it stands right after them, in
-        one call to its partition (one store commit, so nothing comes between the two):
-        `[sequence numbers, records]`, the records (up to `max_count`, in sequence order) those
+        one call to its partition (one store commit, so nothing comes between the two): the
+        sequence numbers and the records (up to `max_count`, in sequence order) those
         stored before and the new ones. A retry after a lost reply stores nothing twice (`producer`
         tags the batch). `InvalidOperationError` unless the entity requires sessions and every
         message names the same session."""
@@ -223,15 +249,15 @@ class Sends:
             k, [call, Peek(plan.entity, MAIN, 0, max_count, session_id, None)], deadline=deadline, entity=entity)
         result: list[int | None] = [None] * len(envelopes)
         self.place(result, indexes, seqs, plan.entity, k)
-        return [result, records]
+        return SentAndPeeked(result, records)
 
-    async def commit_transaction(self, index: int, transaction_id: str, deadline: float,
+    async def commit_transaction(self, partition: int, transaction_id: str, deadline: float,
                                  operations: list[TransactionOperation], timeout: float) -> list[Any]:
-        """Commit a transaction's operations (sends and settlements) on partition `index` (the one
-        they are pinned to), retried there until `timeout` (a repeat of a commit that took effect
+        """Commit a transaction's operations (sends and settlements) on `partition` (the one they
+        are pinned to), retried there until `timeout` (a repeat of a commit that took effect
         answers with its results)."""
         request = CommitTransaction(transaction_id, deadline, operations)
-        return await self._reach.keyed(index, request, deadline=self._reach.clock() + timeout)  # type: ignore[no-any-return]
+        return await self._reach.keyed(partition, request, deadline=self._reach.clock() + timeout)  # type: ignore[no-any-return]
 
     async def cancel_scheduled(self, entity: str, sequence_numbers: list[int], timeout: float) -> None:
         """Cancel scheduled messages on the partitions that hold them."""

@@ -7,6 +7,7 @@ import pytest
 
 import ray_broker as rb
 from ray_broker.client.core import envelopes_for_send
+from ray_broker.router_requests import SendBatchesRequest, SendRequest
 
 from .helpers import kill_partition, wait_partition_back
 
@@ -21,12 +22,12 @@ def test_a_repeated_batch_is_answered_with_its_first_sequence_numbers(namespace:
     unkeyed = [rb.Message(f"u{i}") for i in range(20)]
     envelopes = envelopes_for_send(namespace.sku, keyed + unkeyed)
     tag = ("producer-under-test", 7)
-    first = namespace._link.call("send", queue_name, envelopes, 30.0, tag, timeout=30.0)
-    again = namespace._link.call("send", queue_name, envelopes, 30.0, tag, timeout=30.0)
+    first = namespace._link.route(SendRequest(queue_name, envelopes, 30.0, tag), timeout=30.0)
+    again = namespace._link.route(SendRequest(queue_name, envelopes, 30.0, tag), timeout=30.0)
     assert again == first and len(set(first)) == 40
     assert len({rb.partition_of(s) for s in first[20:]}) == 1, "the unkeyed part went to one partition"
     assert namespace.get_queue_runtime_properties(queue_name).active_message_count == 40
-    other = namespace._link.call("send", queue_name, envelopes, 30.0, ("producer-under-test", 8), timeout=30.0)
+    other = namespace._link.route(SendRequest(queue_name, envelopes, 30.0, ("producer-under-test", 8)), timeout=30.0)
     assert not set(other) & set(first)
     assert namespace.get_queue_runtime_properties(queue_name).active_message_count == 80
     namespace.delete_queue(queue_name)
@@ -36,11 +37,11 @@ def test_a_restarted_partition_still_recognizes_the_batch(namespace: rb.Namespac
     namespace.create_queue(queue_name, enable_partitioning=True)
     envelopes = envelopes_for_send(namespace.sku, [rb.Message(f"m{i}", partition_key="same") for i in range(10)])
     tag = ("restart-producer", 1)
-    first = namespace._link.call("send", queue_name, envelopes, 30.0, tag, timeout=30.0)
+    first = namespace._link.route(SendRequest(queue_name, envelopes, 30.0, tag), timeout=30.0)
     index = rb.partition_of(first[0])
     old = kill_partition(namespace, index)
     wait_partition_back(namespace, index, old)
-    assert namespace._link.call("send", queue_name, envelopes, 60.0, tag, timeout=60.0) == first
+    assert namespace._link.route(SendRequest(queue_name, envelopes, 60.0, tag), timeout=60.0) == first
     assert namespace.get_queue_runtime_properties(queue_name).active_message_count == 10
     namespace.delete_queue(queue_name)
 
@@ -64,12 +65,12 @@ def test_batches_sent_together_are_each_stored_once_across_a_partition_restart(n
     namespace.create_queue(queue_name, enable_partitioning=True)
     parts = [(envelopes_for_send(namespace.sku, [rb.Message(f"b{b}-{i}", partition_key="same") for i in range(10)]),
               ("together-producer", b)) for b in range(3)]
-    first = namespace._link.call("send_batches", queue_name, parts, 30.0, timeout=30.0)
+    first = namespace._link.route(SendBatchesRequest(queue_name, parts, 30.0), timeout=30.0)
     index = rb.partition_of(first[0][0])
     assert {rb.partition_of(s) for batch in first for s in batch} == {index}
     old = kill_partition(namespace, index)
     wait_partition_back(namespace, index, old)
-    assert namespace._link.call("send_batches", queue_name, parts[1:], 60.0, timeout=60.0) == first[1:]
+    assert namespace._link.route(SendBatchesRequest(queue_name, parts[1:], 60.0), timeout=60.0) == first[1:]
     assert namespace.get_queue_runtime_properties(queue_name).active_message_count == 30
     namespace.delete_queue(queue_name)
 

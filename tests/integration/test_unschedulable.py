@@ -14,9 +14,9 @@ import ray_broker as rb
 from actors.handles import find_actor
 from actors.partition_actor import PartitionActor
 from ray_broker.errors import PartitionUnavailableError
+from ray_broker.router_requests import SendRequest
 from ray_broker.routing import partition_for_key, planner
 from ray_broker.routing.channel import PartitionUnavailable
-from ray_broker.routing.immediate import send_now
 from ray_broker.routing.ray_channel import RayChannel
 from ray_broker.routing.router import Router
 from ray_broker.sku import get_sku
@@ -81,7 +81,7 @@ def test_sends_pass_over_an_unschedulable_partition(stranded: tuple[rb.Namespace
 
     async def sends() -> list[list[int | None]]:
         await router.definitions.get("q")
-        assert send_now(router, "q", envelopes, 10.0, producer) is None, "handed to the router, not raised"
+        assert router.sends.send_now(SendRequest("q", envelopes, 10.0, producer)) is None, "handed to the loop, not raised"
         return [await router.sends.send("q", envelopes, timeout=30.0) for _ in range(6)]
 
     for seqs in asyncio.run(sends()):

@@ -3,7 +3,6 @@ replies become, and the same flow driven sync and async."""
 from __future__ import annotations
 
 import asyncio
-import inspect
 import subprocess
 import sys
 import time
@@ -15,7 +14,7 @@ import pytest
 from ray_broker import Message
 from ray_broker.client import management
 from ray_broker.client.core import MAX_RECEIVE_COUNT, Flush, SettlementBuffer, receive_target
-from ray_broker.client.flow import Call, drive, request, run, run_async
+from ray_broker.client.flow import Ask, Call, Route, drive, request, run, run_async
 from ray_broker.client.handle import NamespaceBase
 from ray_broker.client.receiver_flows import ReceiverBase, SessionBase, check_renewable
 from ray_broker.client.sender_flows import SenderBase
@@ -30,23 +29,22 @@ from ray_broker.errors import (
     ServiceBusError,
 )
 from ray_broker.routing.planner import batch_number, spread_start
-from ray_broker.clock import ManualClock
-from ray_broker.routing.router import Router
+from ray_broker.router_requests import ReceiveReply, ReceiveRequest, RouterRequest, SendRequest
 from ray_broker.sku import SKUS
 from ray_broker.wire import HeldSession, Settlement
 
-from .stub_channel import StubChannel
 
 STANDARD = SKUS["standard"]
 PAYLOAD = Message("x").to_envelope()["payload"]
 
 
 class FakeLink:
-    """A link that answers each operation with `replies[operation](*args)` and records the calls."""
+    """A link that answers each management call with `replies[operation](*args)` and each router
+    request with `replies[request.OPERATION](*request)`, and records them."""
 
     def __init__(self, **replies: Callable[..., Any]) -> None:
         self.replies = replies
-        self.calls: list[Call] = []
+        self.calls: list[Ask] = []
 
     def call(self, operation: str, *args: Any, timeout: float) -> Any:
         self.calls.append(Call(operation, args, timeout))
@@ -56,8 +54,16 @@ class FakeLink:
         await asyncio.sleep(0)
         return self.call(operation, *args, timeout=timeout)
 
+    def route(self, request: RouterRequest, *, timeout: float) -> Any:
+        self.calls.append(Route(request, timeout))
+        return self.replies[request.OPERATION](*request)
+
+    async def route_async(self, request: RouterRequest, *, timeout: float) -> Any:
+        await asyncio.sleep(0)
+        return self.route(request, timeout=timeout)
+
     def operations(self) -> list[str]:
-        return [c.operation for c in self.calls]
+        return [c.request.OPERATION if isinstance(c, Route) else c.operation for c in self.calls]
 
 
 def record(seq: int, *, lock_s: float = 60.0, session_id: str | None = None) -> dict[str, Any]:
@@ -66,13 +72,10 @@ def record(seq: int, *, lock_s: float = 60.0, session_id: str | None = None) -> 
             "locked_until": time.time() + lock_s, "delivery_count": 1, "session_id": session_id}
 
 
-ROUTER = Router("flows", StubChannel(1, ManualClock()), STANDARD)
-"""A router whose operation table names each data call's arguments."""
-
-
-def arguments(call: Call) -> dict[str, Any]:
-    """A data call's arguments by name, as the router operation it runs takes them."""
-    return inspect.signature(ROUTER.operations[call.operation]).bind(*call.args).arguments
+def arguments(ask: Ask) -> dict[str, Any]:
+    """A router request's fields by name."""
+    assert isinstance(ask, Route), f"{ask} is no router request"
+    return ask.request._asdict()
 
 
 def receiver(link: FakeLink, entity: str = "q", **kwargs: Any) -> ReceiverBase:
@@ -81,10 +84,9 @@ def receiver(link: FakeLink, entity: str = "q", **kwargs: Any) -> ReceiverBase:
     return ReceiverBase(link, STANDARD, receive_target(entity, **args))
 
 
-def receive_reply(*records: dict[str, Any]) -> Callable[..., dict[str, Any]]:
+def receive_reply(*records: dict[str, Any]) -> Callable[..., ReceiveReply]:
     """A `receive` answer with `records`, settling every carried settlement."""
-    return lambda *args: {"messages": list(records),
-                          "settled": [None] * len(arguments(Call("receive", args, 0.0))["settlements"])}
+    return lambda *args: ReceiveReply(list(records), [None] * len(ReceiveRequest(*args).settlements))
 
 
 # ---------------------------------------------------------------------- drivers
@@ -245,17 +247,17 @@ def test_renewing_a_message_updates_its_lock() -> None:
 
 
 def test_a_session_receiver_locks_its_session_first_and_releases_it_on_close() -> None:
-    lock = {"session_id": "s1", "lock_token": b"t", "partition": 3, "locked_until": time.time() + 60}
-    link = FakeLink(accept_session=lambda entity, wanted, wait: dict(lock),
+    lock = HeldSession("s1", b"t", 3, time.time() + 60)
+    link = FakeLink(accept_session=lambda entity, wanted, wait: lock,
                     receive=receive_reply(record(4, session_id="s1")),
-                    session_call=lambda entity, wire, operation, *args: {"renew_session": time.time() + 90}.get(operation),
+                    session_call=lambda entity, held, operation, args: {"renew_session": time.time() + 90}.get(operation),
                     close_receiver=lambda key: 0)
     r = receiver(link, session_id="s1")
     session = SessionBase(r)
     assert (session.session_id, session.locked_until_utc) == ("s1", None)
     message = run(link, r._receive(1, 1))[0]
     assert link.operations() == ["accept_session", "receive"]
-    assert arguments(link.calls[-1])["session"] == HeldSession("s1", b"t", 3, lock["locked_until"], seen=0)
+    assert arguments(link.calls[-1])["session"] == HeldSession("s1", b"t", 3, lock.locked_until, seen=0)
     assert session.locked_until_utc is not None
     before = session.locked_until_utc
     run(link, r._renew_session(send_buffered=True))
@@ -291,7 +293,7 @@ def test_sender_flows() -> None:
     run(link, sender._cancel_scheduled([], 5))
     run(link, sender._cancel_scheduled(3, 5))
     assert link.operations() == ["send", "send", "cancel_scheduled"]
-    tags = [arguments(c)["producer"] for c in link.calls if c.operation == "send"]
+    tags = [arguments(c)["producer"] for c in link.calls if isinstance(c.request, SendRequest)]
     assert tags == [(sender._producer, 0), (sender._producer, 1)], "each send call carries the next producer tag"
     with pytest.raises(InvalidArgumentError, match="ns.transaction()"):
         run(link, sender._send(Message("a"), None, object()))
@@ -303,8 +305,8 @@ def test_a_send_beside_one_in_flight_goes_to_another_partition(sticky_batches: i
                                                                steps: list[int]) -> None:
     release = asyncio.Event()
 
-    async def answer(operation: str, *args: Any, timeout: float) -> Any:
-        link.calls.append(Call(operation, args, timeout))
+    async def answer(request: RouterRequest, *, timeout: float) -> Any:
+        link.calls.append(Route(request, timeout))
         if len(link.calls) == 1:
             await release.wait()
         return [1]
@@ -320,7 +322,7 @@ def test_a_send_beside_one_in_flight_goes_to_another_partition(sticky_batches: i
         await run_async(link, sender._send(Message("d"), None, None))
 
     link = FakeLink()
-    link.call_async = answer  # type: ignore[method-assign]
+    link.route_async = answer  # type: ignore[method-assign]
     sender = SenderBase(link, STANDARD, "q", sticky_batches=sticky_batches, partition_count=16)
     asyncio.run(sends())
     numbers = [arguments(c)["producer"][1] for c in link.calls]

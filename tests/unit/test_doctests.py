@@ -7,7 +7,7 @@ import importlib
 import pytest
 
 MODULES = ["ray_broker.partitioning", "ray_broker.engine.partition", "ray_broker.engine.store",
-           "ray_broker.filters.model", "ray_broker.filters.compiled_rules", "ray_broker.observability", "ray_broker.wire",
+           "ray_broker.filters.model", "ray_broker.filters.compiled_rules", "ray_broker.observability", "ray_broker.wire", "ray_broker.router_requests",
            "ray_broker.engine.group_commit", "ray_broker.engine.changes", "ray_broker.engine.change_log",
            "ray_broker.engine.replication", "ray_broker.engine.shipping",
            "ray_broker.management_http.durations", "ray_broker.management_http.sniff",

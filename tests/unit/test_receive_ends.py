@@ -9,6 +9,7 @@ import pytest
 
 from ray_broker import Message
 from ray_broker.protocol import MAIN, PEEK_LOCK
+from ray_broker.router_requests import ReceiveRequest
 
 from .test_router import Setup, envelopes
 
@@ -28,7 +29,7 @@ async def _next_delivery_counts(setup: Setup) -> list[int]:
     """Send one message, then what a new receiver gets of it (its delivery counts)."""
     await setup.router.sends.send("q", envelopes(Message("next")), 5.0)
     reply = await asyncio.wait_for(setup.router.receives.receive("fresh", "q", MAIN, PEEK_LOCK, None, 1, 5.0, 0, []), 5.0)
-    return [r["delivery_count"] for r in reply["messages"]]
+    return [r["delivery_count"] for r in reply.messages]
 
 
 async def test_a_cancelled_waiting_receive_takes_nothing() -> None:
@@ -49,7 +50,7 @@ async def test_closing_a_receiver_while_its_receive_waits_ends_that_receive_with
     task = await _waiting(setup, "closing")
     assert await setup.router.receives.close_receiver("closing") == 0
     reply = await asyncio.wait_for(task, 2.0)
-    assert reply["messages"] == []
+    assert reply.messages == []
     assert await _next_delivery_counts(setup) == [1]
 
 
@@ -62,16 +63,17 @@ async def test_closing_while_the_receive_harvests_its_ended_waits_does_not_fail(
     for k in range(4):
         await setup.channel.end_waits(k, "racing")
     assert await setup.router.receives.close_receiver("racing") == 0
-    assert (await asyncio.wait_for(task, 2.0))["messages"] == []
+    assert (await asyncio.wait_for(task, 2.0)).messages == []
 
 
 async def test_a_reply_whose_receiver_is_gone_is_released_uncounted_and_the_receiver_closed() -> None:
     setup = Setup()
     setup.create()
     await setup.router.sends.send("q", envelopes(Message("only")), 5.0)
-    reply = await setup.router.receives.receive("dead", "q", MAIN, PEEK_LOCK, None, 1, 1.0, 0, [])
-    assert len(reply["messages"]) == 1
-    left = await setup.router.receives.receiver_gone("dead", "q", MAIN, PEEK_LOCK, None, reply)
-    assert left["messages"] == [] and "dead" not in setup.router.receives._receivers
+    request = ReceiveRequest("dead", "q", MAIN, PEEK_LOCK, None, 1, 1.0, 0, [])
+    reply = await setup.router.run(request)
+    assert len(reply.messages) == 1
+    left = await setup.router.receives.receiver_gone(request, reply)
+    assert left.messages == [] and "dead" not in setup.router.receives._receivers
     again = await setup.router.receives.receive("fresh", "q", MAIN, PEEK_LOCK, None, 1, 1.0, 0, [])
-    assert [r["delivery_count"] for r in again["messages"]] == [1]
+    assert [r["delivery_count"] for r in again.messages] == [1]

@@ -12,11 +12,10 @@ import pytest
 from ray_broker import Message
 from ray_broker.errors import InvalidOperationError, MessageSizeExceededError, MessagingEntityNotFoundError
 from ray_broker.protocol import MAIN, PEEK_LOCK
-from ray_broker.routing.immediate import receive_now
+from ray_broker.router_requests import ROUTER_REQUESTS, DefinitionRequest, ReceiveRequest
 from ray_broker.routing.planner import spread_start, unkeyed_tag
 from ray_broker.routing.rounds import ReceiveRounds, RoundCall, plan_send
-from ray_broker.routing.router import DATA_OPERATIONS
-from ray_broker.wire import Send, Settlement
+from ray_broker.wire import CreateEntity, Send, Settlement
 
 from .conftest import queue_definition
 from .test_router import PARTITIONS, Setup, envelopes, key_for
@@ -42,8 +41,8 @@ def rounds(setup: Setup, max_count: int, settlements: list[Settlement] | None = 
 
 
 def run(setup: Setup, job: ReceiveRounds, calls: list[RoundCall]) -> bool:
-    outcomes = setup.channel.call_now([(c.partition, c.calls) for c in calls], 5.0)
-    return job.apply(calls, outcomes, setup.router.reach.health, setup.clock.now())
+    outcomes = setup.router.reach.call_now([(c.partition, c.calls) for c in calls], 5.0)
+    return job.apply(calls, outcomes)
 
 
 def completes(records: list[tuple[int, dict[str, Any]]]) -> list[Settlement]:
@@ -135,11 +134,12 @@ async def test_the_callers_thread_runs_no_round_of_a_receiver_busy_on_the_loop()
     setup = await holding({0: 2})
     state = setup.router.receives.receiver("r1", "q", MAIN)
     state.busy = 1
-    assert receive_now(setup.router, "r1", "q", MAIN, PEEK_LOCK, None, 2, 0, []) is None
+    request = ReceiveRequest("r1", "q", MAIN, PEEK_LOCK, None, 2, 0.0, 0, [])
+    assert setup.router.receives.receive_now(request) is None
     state.busy = 0
     setup.router.hints.of("q", MAIN, None).update({k: k == 0 for k in range(PARTITIONS)})
-    done = receive_now(setup.router, "r1", "q", MAIN, PEEK_LOCK, None, 2, 0, [])
-    assert done is not None and len(done.reply["messages"]) == 2
+    done = setup.router.receives.receive_now(request)
+    assert done is not None and len(done.reply.messages) == 2
 
 
 def test_a_send_plan_puts_keyed_parts_together_and_each_unkeyed_part_where_its_tag_says() -> None:
@@ -170,9 +170,9 @@ def test_a_send_plan_checks_every_batch_before_placing_any() -> None:
                   itertools.count())
 
 
-async def test_the_router_runs_its_data_operations_by_name_and_refuses_others() -> None:
+async def test_the_router_runs_each_request_type_and_refuses_other_records() -> None:
     setup = await holding({0: 1})
-    assert set(setup.router.operations) == set(DATA_OPERATIONS)
-    assert (await setup.router.run("definition", "q"))["name"] == "q"
-    with pytest.raises(InvalidOperationError, match="not a data operation"):
-        await setup.router.run("create_entity", {})
+    assert set(setup.router._handlers) == set(ROUTER_REQUESTS)
+    assert (await setup.router.run(DefinitionRequest("q")))["name"] == "q"
+    with pytest.raises(InvalidOperationError, match="a router runs no CreateEntity"):
+        await setup.router.run(CreateEntity({}))  # type: ignore[arg-type]

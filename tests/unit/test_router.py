@@ -19,6 +19,7 @@ from ray_broker.errors import (
     PartitionUnavailableError,
 )
 from ray_broker.protocol import MAIN, PEEK_LOCK
+from ray_broker.router_requests import RouterRequest, SendBatchesRequest
 from ray_broker.routing import make_sequence_number, partition_for_key, partition_of
 from ray_broker.routing.planner import batch_number, next_run, spread_start
 from ray_broker.routing.health import AWAY_BACKOFF
@@ -113,7 +114,7 @@ async def test_a_waiting_receive_wakes_with_the_message() -> None:
     assert not receiving.done()
     await setup.router.sends.send("q", envelopes(Message("hello", partition_key=key_for(3))), timeout=5.0)
     reply = await asyncio.wait_for(receiving, 2.0)
-    assert [r["partition"] for r in reply["messages"]] == [3]
+    assert [r["partition"] for r in reply.messages] == [3]
     assert setup.channel.calls[(3, "receive_waiting")] >= 1, "the wake-up carried the message"
 
 
@@ -122,10 +123,10 @@ async def test_settlements_ride_on_the_next_receive() -> None:
     setup.create()
     await setup.router.sends.send("q", envelopes(*(Message(f"m{i}", partition_key=key_for(0)) for i in range(4))), 5.0)
     first = await setup.router.receives.receive("r1", "q", MAIN, PEEK_LOCK, None, 2, 1.0, 0, [])
-    ops = [Settlement("complete", r["sequence_number"], r["lock_token"]) for r in first["messages"]]
+    ops = [Settlement("complete", r["sequence_number"], r["lock_token"]) for r in first.messages]
     calls_before = setup.channel.calls[(0, "settle")]
     second = await setup.router.receives.receive("r1", "q", MAIN, PEEK_LOCK, None, 2, 1.0, 0, ops)
-    assert second["settled"] == [None, None] and len(second["messages"]) == 2
+    assert second.settled == [None, None] and len(second.messages) == 2
     assert setup.channel.calls[(0, "settle")] == calls_before + 1
     assert setup.counts()[0] == 2
 
@@ -136,8 +137,8 @@ async def test_a_receive_gathers_from_every_partition_in_one_call() -> None:
     for i in range(12):
         await setup.router.sends.send("q", envelopes(Message(f"m{i}", partition_key=key_for(i % PARTITIONS))), 5.0)
     reply = await setup.router.receives.receive("fresh", "q", MAIN, PEEK_LOCK, None, 10, 1.0, 0, [])
-    assert len(reply["messages"]) == 10
-    assert {r["partition"] for r in reply["messages"]} == set(range(PARTITIONS))
+    assert len(reply.messages) == 10
+    assert {r["partition"] for r in reply.messages} == set(range(PARTITIONS))
 
 
 async def test_a_receiver_with_a_share_of_the_partitions_takes_messages_only_from_them() -> None:
@@ -146,10 +147,10 @@ async def test_a_receiver_with_a_share_of_the_partitions_takes_messages_only_fro
     for i in range(12):
         await setup.router.sends.send("q", envelopes(Message(f"m{i}", partition_key=key_for(i % PARTITIONS))), 5.0)
     mine = await setup.router.receives.receive("mine", "q", MAIN, PEEK_LOCK, None, 10, 0.0, 0, [], [1, 3])
-    assert sorted(partition_of(r["sequence_number"]) for r in mine["messages"]) == [1, 1, 1, 3, 3, 3]
+    assert sorted(partition_of(r["sequence_number"]) for r in mine.messages) == [1, 1, 1, 3, 3, 3]
     assert setup.channel.calls[(0, "receive")] == setup.channel.calls[(2, "receive")] == 0
     rest = await setup.router.receives.receive("rest", "q", MAIN, PEEK_LOCK, None, 10, 0.0, 0, [], [0, 2])
-    assert sorted(partition_of(r["sequence_number"]) for r in rest["messages"]) == [0, 0, 0, 2, 2, 2]
+    assert sorted(partition_of(r["sequence_number"]) for r in rest.messages) == [0, 0, 0, 2, 2, 2]
     lone = setup.router.receives.receive_hosts(queue_definition("lone"), None, [0])
     assert lone == setup.router.receives.receive_hosts(queue_definition("lone"), None)
     assert setup.router.receives.receive_hosts(queue_definition("lone"), None, [1]) == []
@@ -162,10 +163,10 @@ async def test_a_peek_with_an_end_asks_only_the_partitions_holding_its_range() -
         await setup.router.sends.send("q", envelopes(Message(f"m{i}", partition_key=key_for(i % PARTITIONS))), 5.0)
     end = setup.channel.engines[1].runtime("q")["next_sequence"]
     await setup.router.sends.send("q", envelopes(Message("late", partition_key=key_for(1))), 5.0)
-    peeked = await setup.router.receives.peek("q", MAIN, None, make_sequence_number(1, 0), 10, end)
+    peeked = await setup.router.browsing.peek("q", MAIN, None, make_sequence_number(1, 0), 10, end)
     assert [partition_of(r["sequence_number"]) for r in peeked] == [1, 1, 1]
     assert [setup.channel.calls[(k, "peek")] for k in range(PARTITIONS)] == [0, 1, 0, 0]
-    everything = await setup.router.receives.peek("q", MAIN, None, make_sequence_number(1, 0), 100)
+    everything = await setup.router.browsing.peek("q", MAIN, None, make_sequence_number(1, 0), 100)
     assert len(everything) == 10
     assert [setup.channel.calls[(k, "peek")] for k in range(PARTITIONS)] == [0, 2, 1, 1]
 
@@ -175,11 +176,11 @@ async def test_closing_releases_prefetched_messages_without_counting_a_delivery(
     setup.create()
     await setup.router.sends.send("q", envelopes(*(Message(f"m{i}", partition_key=key_for(2)) for i in range(5))), 5.0)
     reply = await setup.router.receives.receive("r1", "q", MAIN, PEEK_LOCK, None, 1, 1.0, 4, [])
-    assert len(reply["messages"]) == 1
+    assert len(reply.messages) == 1
     assert await setup.router.receives.close_receiver("r1") == 4
     assert setup.router.hints.of("q", MAIN, None)[2] >= 1, "released messages make their partition ready"
     again = await setup.router.receives.receive("r2", "q", MAIN, PEEK_LOCK, None, 10, 1.0, 0, [])
-    assert sorted(r["delivery_count"] for r in again["messages"]) == [1, 1, 1, 1]
+    assert sorted(r["delivery_count"] for r in again.messages) == [1, 1, 1, 1]
 
 
 async def test_keyed_and_unkeyed_parts_of_one_tagged_send_on_one_partition_are_both_stored() -> None:
@@ -258,11 +259,17 @@ class SenderLink:
         self.landed: list[set[int]] = []
 
     def call(self, operation: str, *args: Any, timeout: float) -> Any:
-        raise AssertionError(f"only async calls expected, got {operation}")
+        raise AssertionError(f"only router requests expected, got {operation}")
 
     async def call_async(self, operation: str, *args: Any, timeout: float) -> Any:
-        result = await self.router.run(operation, *args)
-        for seqs in result if operation == "send_batches" else [result]:
+        raise AssertionError(f"only router requests expected, got {operation}")
+
+    def route(self, request: RouterRequest, *, timeout: float) -> Any:
+        raise AssertionError(f"only async requests expected, got {request}")
+
+    async def route_async(self, request: RouterRequest, *, timeout: float) -> Any:
+        result = await self.router.run(request)
+        for seqs in result if isinstance(request, SendBatchesRequest) else [result]:
             self.landed.append({partition_of(s) for s in seqs})
         return result
 
@@ -452,7 +459,7 @@ async def two_cached_and_a_partition_gone(setup: Setup) -> list[int]:
     hints = setup.router.hints.of("q", MAIN, None)
     hints.update({k: k == 0 for k in range(PARTITIONS)})
     first = await setup.router.receives.receive("r1", "q", MAIN, PEEK_LOCK, None, 1, 0.0, 2, [])
-    assert len(first["messages"]) == 1
+    assert len(first.messages) == 1
     cached = [record["sequence_number"] for _, record in setup.router.receives.receiver("r1", "q", MAIN).cache]
     assert len(cached) == 2
     hints[1] = True

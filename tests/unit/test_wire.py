@@ -116,21 +116,8 @@ def test_the_table_runs_a_request_on_an_engine_and_says_what_wakes_receivers() -
         "update_entity", "send", "settle", "commit_transaction", "release_session"}
 
 
-def test_router_arguments_cross_with_their_records_as_lists() -> None:
-    held = wire.HeldSession("s1", TOKEN, 3, 1_700_000_030.0, seen=9)
-    calls: dict[str, tuple[Any, ...]] = {
-        "receive": ("r1", "q", MAIN, PEEK_LOCK, held, 10, 5.0, 0, SETTLEMENTS, None),
-        "settle": ("q", MAIN, held, SETTLEMENTS, 60.0),
-        "receive_deferred": ("q", MAIN, PEEK_LOCK, held, [7], 60.0),
-        "peek": ("q", MAIN, held, 1, 10, None),
-        "session_call": ("q", held, "set_session_state", b"state"),
-        "commit_transaction": (3, "tx", 1_700_000_100.0, EXAMPLES[wire.CommitTransaction].operations, 60.0),
-        "cancel_scheduled": ("q", [5], 60.0),
-    }
-    assert set(wire.ROUTER_RECORDS) < set(calls)
-    for operation_name, args in calls.items():
-        encoded = wire.encode_router_args(operation_name, args)
-        assert only_lists(list(encoded)), operation_name
-        assert wire.decode_router_args(operation_name, msgpack.unpackb(msgpack.packb(list(encoded)))) == args
-    without_session = ("q", MAIN, None, SETTLEMENTS, 60.0)
-    assert wire.decode_router_args("settle", wire.encode_router_args("settle", without_session)) == without_session
+def test_a_partitions_receive_reply_is_typed_where_the_router_takes_it() -> None:
+    calls = [wire.Settle("q", MAIN, SETTLEMENTS[:1]), wire.Receive("q", MAIN, 10, PEEK_LOCK)]
+    reply = {"messages": [{"sequence_number": 7}], "more": True, "backlog": 3}
+    assert wire.typed_results(calls, [[None], reply]) == [[None], wire.Delivered([{"sequence_number": 7}], True, 3)]
+    assert wire.delivered(reply).backlog == 3
