@@ -2,9 +2,10 @@
 
 Thin by design: it runs partition requests (`ray_broker.wire`, encoded on the way in) on the
 engine through the operation table (`engine.operations`), wakes waiting receivers when messages may
-have become available, runs housekeeping (scheduled messages, expiry) on a thread of its own,
-and, once an entity here auto-forwards, a forwarder thread that sends the outbox on through a
-router of its own.
+have become available (`waiting_receives`), runs housekeeping (scheduled messages, expiry) on a
+thread of its own, and, once an entity here auto-forwards, a forwarder thread that sends the
+outbox on through a router of its own (`forwarder_thread`); a replicated partition's leading and
+following are `replica`'s.
 
 Data operations run on Ray's default group, several threads wide (a call to a synchronous actor
 method costs less than one to an asyncio method: no hand-off to the actor's event loop), through a
@@ -15,21 +16,21 @@ serializes every use of the engine.
 """
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import threading
 import time
 from collections import Counter
 from dataclasses import asdict
-from typing import Any, Callable
+from typing import Any
 
 import ray
 
-from actors.gateway_caller import GatewayCaller
+from actors.forwarder_thread import ForwardThread, LockedOutbox
 from actors.metrics import PartitionMetrics
 from actors.replica import Replica, ReplicationTimes
-from ray_broker.callers import CallerWatch, Token
+from actors.waiting_receives import WaitingReceives
+from ray_broker.callers import Token
 from ray_broker.clock import OffsetClock
 from ray_broker.config import NODE_DATA_DIR_ENV, NamespaceConfig
 from ray_broker.engine.group_commit import Group, GroupCommitter
@@ -37,14 +38,7 @@ from ray_broker.engine.operations import operation
 from ray_broker.engine.partition import PartitionEngine
 from ray_broker.engine.store import CommitTimes, Store
 from ray_broker.errors import InvalidOperationError, NotLeaderError
-from ray_broker.protocol import PEEK_LOCK
-from ray_broker.routing.forwarding import Forwarder
-from ray_broker.routing.health import BACKOFF
-from ray_broker.routing.ray_channel import RayChannel, TableHandles
-from ray_broker.routing.receive_state import release_op
-from ray_broker.routing.router import Router
-from ray_broker.sku import get_sku
-from ray_broker.wire import PartitionRequest, Receive, SessionRef, Settle, decode
+from ray_broker.wire import PartitionRequest, Receive, SessionRef, decode
 
 logger = logging.getLogger("ray_broker.partition")
 
@@ -54,90 +48,8 @@ HOUSEKEEPING_LOG_EVERY = 240
 WAIT_THREADS = 128
 """Waiting receives one partition serves at once (one thread each); more wait in Ray's queue
 until one ends (at most `WATCH_TIMEOUT_S` later)."""
-FORWARD_IDLE_S = 1.0
-"""How often the forwarder looks at the outbox when nothing woke it."""
 STORE_TAKEOVER_WAIT_S = 30.0
 """How long a restarted partition waits for its previous process to let go of the store's lock."""
-class _LockedOutbox:
-    """The engine's outbox as the forwarder thread uses it: every call under the partition's lock,
-    each write made `durable` before it returns."""
-
-    def __init__(self, engine: Callable[[], PartitionEngine], lock: threading.RLock,
-                 durable: Callable[[], None]) -> None:
-        self._engine = engine
-        self._lock = lock
-        self._durable = durable
-
-    def forwards(self) -> bool:
-        with self._lock:
-            return self._engine().forwards()
-
-    def take_transfer(self, limit: int) -> dict[str, Any] | None:
-        with self._lock:
-            transfer = self._engine().take_transfer(limit)
-            self._durable()
-            return transfer
-
-    def transfer_done(self, transfer_id: int) -> None:
-        with self._lock:
-            self._engine().transfer_done(transfer_id)
-            self._durable()
-
-    def transfer_failed(self, transfer_id: int, reason: str, description: str) -> None:
-        with self._lock:
-            self._engine().transfer_failed(transfer_id, reason, description)
-            self._durable()
-
-
-class _ForwardThread(threading.Thread):
-    """Forwards partition `index`'s outbox whenever something may have joined it (and every
-    `FORWARD_IDLE_S`), backing off while a destination is unavailable: an event loop of its own
-    running a router of its own."""
-
-    def __init__(self, config: NamespaceConfig, index: int, outbox: _LockedOutbox) -> None:
-        super().__init__(name="forwarder", daemon=True)
-        self._config = config
-        self._index = index
-        self._outbox = outbox
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._wake: asyncio.Event | None = None
-
-    def run(self) -> None:
-        asyncio.run(self._forward())
-
-    def wake(self) -> None:
-        """Look at the outbox now (callable from any thread)."""
-        loop, wake = self._loop, self._wake
-        if loop is not None and wake is not None:
-            loop.call_soon_threadsafe(wake.set)
-
-    async def _forward(self) -> None:
-        self._loop, self._wake = asyncio.get_running_loop(), asyncio.Event()
-        config = self._config
-        handles = TableHandles(GatewayCaller(config, self._index % config.gateways))
-        router = Router(config.name, RayChannel(config.partition_count, handles), get_sku(config.sku))
-        forwarder = Forwarder(self._index, self._outbox, router)
-        attempt = 0
-        while True:
-            self._wake.clear()
-            try:
-                await handles.load()
-                await forwarder.forward_pending()
-                attempt = 0
-            except Exception:  # noqa: BLE001 - the batch stays in the outbox; retried after a back-off
-                delay = BACKOFF.delay(attempt)
-                logger.warning("partition %d of namespace %r could not forward its outbox (attempt %d); the "
-                               "batch stays there and is retried in %.2f s", self._index, config.name, attempt + 1,
-                               delay, exc_info=True)
-                await asyncio.sleep(delay)
-                attempt += 1
-                continue
-            try:
-                await asyncio.wait_for(self._wake.wait(), FORWARD_IDLE_S)
-            except asyncio.TimeoutError:
-                pass
-
-
 @ray.remote(concurrency_groups={"waits": WAIT_THREADS, "replication": 1, "health": 1})
 class PartitionActor:
     """Partition `index` of a namespace; its store is reopened whenever Ray restarts it.
@@ -157,7 +69,6 @@ class PartitionActor:
         self.index = index
         self.clock = OffsetClock()
         """The engine's clock: the wall clock, moved ahead only by `advance_clock` (tests)."""
-        self._callers = CallerWatch()
         owner = f"Ray cluster {ray.get_runtime_context().gcs_address}, actor {namespace.replica_name(index, replica)}"
         path = namespace.store_path(index, os.environ.get(NODE_DATA_DIR_ENV), replica)
         self.store = Store(path, namespace.durability, owner=owner, takeover_wait_s=STORE_TAKEOVER_WAIT_S,
@@ -167,13 +78,9 @@ class PartitionActor:
         self.engine: PartitionEngine | None = None
         self.metrics: PartitionMetrics | None = None
         self._committer: GroupCommitter | None = None
-        self._changed = threading.Condition(self._lock)
-        """Notified whenever messages may have become available."""
-        self._waiting: dict[str, int] = {}
-        """Receivers with `receive_waiting` calls under way here, and how many."""
-        self._ended: set[str] = set()
-        """Receivers whose waiting receives are to end now (they are closing)."""
-        self._forwarder: _ForwardThread | None = None
+        self._waits = WaitingReceives(self._lock, self._run,
+                                      f"partition {index} of namespace {namespace.name!r}")
+        self._forwarder: ForwardThread | None = None
         self._calls: Counter[str] = Counter()
         """Calls taken, by method (and by operation for `run`): see `call_counts`."""
         self._calls_lock = threading.Lock()
@@ -218,7 +125,7 @@ class PartitionActor:
 
     def _notify(self) -> None:
         """Wake waiting receives and the forwarder (the caller holds the lock)."""
-        self._changed.notify_all()
+        self._waits.changed.notify_all()
         if self._forwarder is not None:
             self._forwarder.wake()
 
@@ -294,61 +201,20 @@ class PartitionActor:
         """Return True as soon as a receive could get a message, or False after `timeout` seconds."""
         self._count("wait_available")
         engine = self._serving()[0]
-        return self._wait(lambda: engine.has_available(entity, subq, session_id, free_session) or None,
-                          timeout) is not None
+        return self._waits.wait(lambda: engine.has_available(entity, subq, session_id, free_session) or None,
+                                timeout) is not None
 
     @ray.method(concurrency_group="waits")
     def receive_waiting(self, receiver_id: str, entity: str, subq: int, max_count: int, mode: str,
                         session: list[Any] | None, seen: int | None, timeout: float,
                         caller: Token | None = None) -> dict[str, Any]:
         """A receive that waits: as soon as messages are available, lock up to `max_count` of them
-        for the caller and return them (the wake-up carries the messages). Returns an empty reply
-        after `timeout`, or at once when `end_waits(receiver_id)` is called.
-
-        Each check (at the start and after every wake-up) is the receive itself, one transaction
-        that finds the messages or nothing, rather than a test for messages and then the receive.
-        Messages found after waiting go only to a `caller` that is still there (see `callers`):
-        those locked for one that died are released at once, no delivery counted."""
+        for the caller and return them (the wake-up carries the messages); an empty reply after
+        `timeout`, or at once when `end_waits(receiver_id)` is called (`WaitingReceives.receive`)."""
         self._count("receive_waiting")
         self._serving()
-        empty: dict[str, Any] = {"messages": [], "more": False, "backlog": 0}
         ref = None if session is None else SessionRef(session[0], session[1])
-        request = Receive(entity, subq, max_count, mode, ref, seen)
-        checks = 0
-
-        def ready() -> dict[str, Any] | None:
-            nonlocal checks
-            checks += 1
-            if receiver_id in self._ended:
-                return empty
-            reply: dict[str, Any] = self._run(request)
-            return reply if reply["messages"] else None
-
-        with self._lock:
-            self._waiting[receiver_id] = self._waiting.get(receiver_id, 0) + 1
-        try:
-            reply = self._wait(ready, timeout)
-        finally:
-            with self._lock:
-                left = self._waiting.pop(receiver_id) - 1
-                if left:
-                    self._waiting[receiver_id] = left
-                else:
-                    self._ended.discard(receiver_id)
-        if reply is None:
-            return empty
-        if checks > 1 and mode == PEEK_LOCK and reply["messages"] and self._callers.gone(caller):
-            self._release(entity, subq, ref, reply["messages"])
-            return empty
-        return reply
-
-    def _release(self, entity: str, subq: int, session: SessionRef | None,
-                 records: list[dict[str, Any]]) -> None:
-        """Release messages locked for a caller that is gone, without counting a delivery."""
-        ops = [release_op(r) for r in records]
-        logger.warning("partition %d of namespace %r: the caller of a waiting receive on %r is gone; %d message(s) "
-                       "locked for it released", self.index, self.config.name, entity, len(ops))
-        self._run(Settle(entity, subq, ops, session))
+        return self._waits.receive(receiver_id, Receive(entity, subq, max_count, mode, ref, seen), timeout, caller)
 
     def _housekeep(self) -> None:
         """One round of housekeeping: due scheduled messages activated, expired ones and lapsed
@@ -358,8 +224,8 @@ class PartitionActor:
                 return
             engine, metrics = self.engine, self.metrics
             if self._forwarder is None and engine.forwards():
-                self._forwarder = _ForwardThread(self.config, self.index,
-                                                 _LockedOutbox(lambda: self._serving()[0], self._lock, self._durable))
+                self._forwarder = ForwardThread(self.config, self.index,
+                                                LockedOutbox(lambda: self._serving()[0], self._lock, self._durable))
                 self._forwarder.start()
             changed = metrics.run(engine.housekeeping)
             self._durable(wait=False)
@@ -380,24 +246,7 @@ class PartitionActor:
 
     def end_waits(self, receiver_id: str) -> None:
         """End the `receive_waiting` of `receiver_id` now, if one is under way (its receiver is closing)."""
-        with self._lock:
-            if receiver_id in self._waiting:
-                self._ended.add(receiver_id)
-                self._notify()
-
-    def _wait(self, check: Callable[[], Any], timeout: float) -> Any:
-        """Run `check` (under the lock) now and after every wake-up until it returns something
-        other than None, or `timeout` seconds pass (then one last check)."""
-        deadline = time.monotonic() + timeout
-        with self._changed:
-            while True:
-                result = check()
-                if result is not None:
-                    return result
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return None
-                self._changed.wait(remaining)
+        self._waits.end(receiver_id)
 
     # ------------------------------------------------------------------ replicas (see actors.replica)
 
