@@ -22,8 +22,8 @@ from ray_broker.engine.election import Keep, NoQuorum, choose, known_epoch, sitt
 from ray_broker.replies import ReplicaState, RoutingTable
 from ray_broker.routing.channel import PartitionUnavailable
 from ray_broker.routing.ray_channel import TableHandles
+from ray_broker.routing.ray_gateway import GatewayCaller
 
-from .gateway_caller import GatewayCaller
 from .handles import alive_nodes, partition_actor
 
 logger = logging.getLogger("ray_broker.leadership")
@@ -221,7 +221,7 @@ class DecidedElsewhere(TableHandles):
     looks for a leader, so the gateway fetches it again (`reload`) before it answers."""
 
     def __init__(self, config: NamespaceConfig, make: Callable[[], Any]) -> None:
-        super().__init__(GatewayCaller(config, 0, make))
+        super().__init__(GatewayCaller(config, 0, lambda _: make()))
         self.config = config
 
     async def ready(self) -> None:

@@ -26,12 +26,11 @@ from typing import Any, Callable
 
 import ray
 
-from actors.gateway_caller import GatewayCaller
 from actors.metrics import PartitionMetrics
 from actors.replica import Replica, ReplicationTimes
 from ray_broker.callers import CallerWatch, Token
 from ray_broker.clock import OffsetClock
-from ray_broker.config import NODE_DATA_DIR_ENV, NamespaceConfig
+from ray_broker.config import NODE_DATA_DIR_ENV, RAY_NAMESPACE, NamespaceConfig
 from ray_broker.engine.group_commit import Group, GroupCommitter
 from ray_broker.engine.operations import operation
 from ray_broker.engine.partition import PartitionEngine
@@ -42,6 +41,7 @@ from ray_broker.replies import ReplicaState
 from ray_broker.routing.forwarding import Forwarder
 from ray_broker.routing.health import BACKOFF
 from ray_broker.routing.ray_channel import RayChannel, TableHandles
+from ray_broker.routing.ray_gateway import GatewayCaller
 from ray_broker.routing.receive_state import release_op
 from ray_broker.routing.router import Router
 from ray_broker.sku import get_sku
@@ -115,7 +115,9 @@ class _ForwardThread(threading.Thread):
     async def _forward(self) -> None:
         self._loop, self._wake = asyncio.get_running_loop(), asyncio.Event()
         config = self._config
-        handles = TableHandles(GatewayCaller(config, self._index % config.gateways))
+        gateway = GatewayCaller(config, self._index % config.gateways,
+                                lambda i: ray.get_actor(config.gateway_name(i), namespace=RAY_NAMESPACE))
+        handles = TableHandles(gateway)
         router = Router(config.name, RayChannel(config.partition_count, handles), get_sku(config.sku))
         forwarder = Forwarder(self._index, self._outbox, router)
         attempt = 0

@@ -75,7 +75,8 @@ def classify_ray_failure(index: int, exc: BaseException) -> BaseException:
 
 
 class GatewayCalls(Protocol):
-    """What a `TableHandles` needs of a gateway: its operations, awaited."""
+    """What a `TableHandles` needs of a gateway: its operations, awaited (`ray_gateway.GatewayCaller`,
+    the one caller of a gateway, which imports this module)."""
 
     async def call_async(self, operation: str, *args: Any, timeout: float) -> Any:
         """Run a gateway operation."""
