@@ -2,9 +2,13 @@
 and replicas always answered with, and are read back typed."""
 from __future__ import annotations
 
+import threading
 from typing import Any
 
+from actors.replica import Replica
+from ray_broker.config import NamespaceConfig
 from ray_broker.engine.queries import EpochStart
+from ray_broker.engine.store import Store
 from ray_broker.replies import ReplicaState, RoutingTable
 
 
@@ -32,3 +36,14 @@ def test_a_replica_state_crosses_as_the_dict_a_replica_answers_lag_and_node_only
     assert surveyed.encode() == {**fenced.encode(), "leading": 2, "lag": {1: 0}, "node": "n2"}
     assert list(surveyed.encode()) == ["epoch", "position", "history", "followed", "leading", "lag", "node"]
     assert ReplicaState.decode(surveyed.encode()) == surveyed
+
+
+def test_a_new_leader_reads_the_states_its_followers_answered_as_they_cross_ray() -> None:
+    config = NamespaceConfig("ns", "premium", 1, None, "memory", 1, None, replicas=3)
+    leader, follower = (Replica(config, 0, r, Store(None, "memory", replicated=True), threading.RLock())
+                        for r in (0, 1))
+    answered = follower.state().encode()
+    assert answered == {"epoch": 0, "position": 0, "history": [], "followed": 0, "leading": None}
+    leader.lead(1, [1, 2], {1: ReplicaState.decode(answered)})
+    assert leader.lag() == {1: 0, 2: None}, "the follower that answered is in step; the other waits for a copy"
+    assert leader.state() == ReplicaState(1, 0, (EpochStart(1, 1),), 1, 1)
