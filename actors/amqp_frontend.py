@@ -30,6 +30,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from ray_broker.aio.handle import Namespace
 from ray_broker.config import RAY_NAMESPACE, NamespaceConfig
+from ray_broker.replies import RoutingTable
 
 from .handles import find_actor
 
@@ -153,7 +154,7 @@ class AmqpFrontend:
         if gateway is None:
             return everyone
         try:
-            table = await asyncio.wait_for(gateway.call.remote("routing_table"), HEALTH_TIMEOUT_S)
+            table = RoutingTable.decode(await asyncio.wait_for(gateway.call.remote("routing_table"), HEALTH_TIMEOUT_S))
         except Exception:  # noqa: BLE001 - no routing table: no partition is known to answer
             return everyone
 
@@ -164,7 +165,7 @@ class AmqpFrontend:
             except Exception:  # noqa: BLE001 - dead, restarting or too slow: down
                 return False
 
-        answered = await asyncio.gather(*(answers(h) for h in table["handles"]))
+        answered = await asyncio.gather(*(answers(h) for h in table.handles))
         return [k for k, ok in enumerate(answered) if not ok]
 
     async def _accept(self, namespace: Namespace, reader: ByteReader, writer: ByteWriter) -> None:

@@ -7,12 +7,14 @@ import logging
 import threading
 from typing import Any, Callable
 
-from actors.gateway_caller import GatewayCaller
-from ray_broker.config import NamespaceConfig
+import ray
+
+from ray_broker.config import RAY_NAMESPACE, NamespaceConfig
 from ray_broker.engine.partition import PartitionEngine
 from ray_broker.routing.forwarding import Forwarder
 from ray_broker.routing.health import BACKOFF
 from ray_broker.routing.ray_channel import RayChannel, TableHandles
+from ray_broker.routing.ray_gateway import GatewayCaller
 from ray_broker.routing.router import Router
 from ray_broker.sku import get_sku
 
@@ -78,7 +80,9 @@ class ForwardThread(threading.Thread):
     async def _forward(self) -> None:
         self._loop, self._wake = asyncio.get_running_loop(), asyncio.Event()
         config = self._config
-        handles = TableHandles(GatewayCaller(config, self._index % config.gateways))
+        gateway = GatewayCaller(config, self._index % config.gateways,
+                                lambda i: ray.get_actor(config.gateway_name(i), namespace=RAY_NAMESPACE))
+        handles = TableHandles(gateway)
         router = Router(config.name, RayChannel(config.partition_count, handles), get_sku(config.sku))
         forwarder = Forwarder(self._index, self._outbox, router)
         attempt = 0

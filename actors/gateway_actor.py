@@ -104,16 +104,17 @@ class Gateway:
     # ------------------------------------------------------------------ routing table
 
     async def routing_table(self) -> dict[str, Any]:
-        """Every partition's actor handle and epoch, for clients that call partitions directly."""
+        """Every partition's actor handle and epoch, for clients that call partitions directly (a
+        `RoutingTable`, encoded)."""
         await self.handles.ready()
         if isinstance(self.handles, DecidedElsewhere):
             await self.handles.reload()
-        return self.handles.table()
+        return self.handles.table().encode()
 
     async def partition_failed(self, index: int, epoch: int) -> dict[str, Any]:
         """A client found partition `index` (as of `epoch`) dead for good: recreate it (with
         several replicas: find it a leader) unless that was done already, and return the current
-        routing table."""
+        routing table (encoded)."""
         self._check_partition(index)
         if not isinstance(self.handles, GatewayHandles):
             await self.handles.ready()
@@ -123,7 +124,7 @@ class Gateway:
                 await self.router.reach.call_one(index, ListEntities())
             except PartitionUnavailable:
                 pass
-        return self.handles.table()
+        return self.handles.table().encode()
 
     def _check_partition(self, index: int) -> None:
         """`InvalidOperationError` unless partition `index` exists in this namespace."""
@@ -133,12 +134,12 @@ class Gateway:
     async def partition_unreachable(self, index: int, epoch: int) -> dict[str, Any]:
         """A client's calls to partition `index` (as of `epoch`) went unanswered, a quick probe
         too: recreate it if it answers here (`GatewayHandles.unreachable`; with several replicas
-        the control plane's own watch judges leaders), and return the current routing table."""
+        the control plane's own watch judges leaders), and return the current routing table (encoded)."""
         self._check_partition(index)
         if not isinstance(self.handles, GatewayHandles):
             return await self.routing_table()
         await self.handles.unreachable(index, epoch)
-        return self.handles.table()
+        return self.handles.table().encode()
 
     # ------------------------------------------------------------------ entities
 

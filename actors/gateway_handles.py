@@ -19,6 +19,7 @@ from typing import Any
 import ray
 
 from ray_broker.config import NamespaceConfig, displaced, pinned_node
+from ray_broker.replies import RoutingTable
 from ray_broker.routing.ray_channel import actor_identity, answers
 
 from .handles import alive_nodes, partition_actor, store_node_of
@@ -133,6 +134,6 @@ class GatewayHandles:
         """Nothing to report: this is where partitions are recreated, and a partition that
         does not answer the gateway is down or busy (`unreachable` judges reports from callers)."""
 
-    def table(self) -> dict[str, Any]:
+    def table(self) -> RoutingTable:
         """The routing table: every partition's handle and epoch."""
-        return {"handles": [self.handle(k) for k in range(self.config.partition_count)], "epochs": list(self.epochs)}
+        return RoutingTable([self.handle(k) for k in range(self.config.partition_count)], list(self.epochs))

@@ -18,11 +18,12 @@ import logging
 from typing import Any, Callable
 
 from ray_broker.config import NamespaceConfig, displaced
-from ray_broker.engine.election import Keep, NoQuorum, ReplicaState, choose, known_epoch, sitting_leader
+from ray_broker.engine.election import Keep, NoQuorum, choose, known_epoch, sitting_leader
+from ray_broker.replies import ReplicaState, RoutingTable
 from ray_broker.routing.channel import PartitionUnavailable
 from ray_broker.routing.ray_channel import TableHandles
+from ray_broker.routing.ray_gateway import GatewayCaller
 
-from .gateway_caller import GatewayCaller
 from .handles import alive_nodes, partition_actor
 
 logger = logging.getLogger("ray_broker.leadership")
@@ -43,11 +44,6 @@ MISSED_CHECKS = 2
 """Checks in a row a leader may leave unanswered before another is elected: a process that hangs
 (a frozen VM, a cut network) is replaced as one that died. One that answers it does not lead, or
 that Ray reports gone, is replaced at once."""
-
-
-def parsed(answers: dict[int, dict[str, Any]]) -> dict[int, ReplicaState]:
-    """The replicas' answers as states the election's rule reads."""
-    return {r: ReplicaState.from_answer(a) for r, a in answers.items()}
 
 
 class ReplicaSets:
@@ -102,14 +98,14 @@ class ReplicaSets:
         leader = self.leaders[index]
         if leader is not None:
             state = await self._state(index, leader)
-            if state is not None and state["leading"] == epoch:
+            if state is not None and state.leading == epoch:
                 return
         await self.elect(index, deposing=leader)
 
-    def table(self) -> dict[str, Any]:
+    def table(self) -> RoutingTable:
         """The routing table: each partition's leader (None while it has none) and epoch."""
-        return {"handles": [None if r is None else self.replica(k, r) for k, r in enumerate(self.leaders)],
-                "epochs": list(self.epochs), "replicated": True}
+        return RoutingTable([None if r is None else self.replica(k, r) for k, r in enumerate(self.leaders)],
+                            list(self.epochs), replicated=True)
 
     async def watch(self) -> None:
         """Check every leader each `CHECK_INTERVAL_S`, and elect anew for one that is gone, that
@@ -164,15 +160,15 @@ class ReplicaSets:
                 self._handles.pop((index, deposing), None)
             if deposing is None or not self.epochs[index]:
                 answers = await self._states(index, replicas, None)
-                known = known_epoch(parsed(answers), self.epochs[index])
-                sitting = sitting_leader(parsed(answers), known)
+                known = known_epoch(answers, self.epochs[index])
+                sitting = sitting_leader(answers, known)
                 if isinstance(sitting, Keep):
                     self.leaders[index], self.epochs[index] = sitting.replica, sitting.epoch
                     return
             else:
                 known = self.epochs[index]
             fenced = await self._states(index, replicas, known + 1)
-            decision = choose(parsed(fenced), replicas, self.config.required_copies, known + 1)
+            decision = choose(fenced, replicas, self.config.required_copies, known + 1)
             if isinstance(decision, NoQuorum):
                 logger.warning("partition %d of namespace %r has no leader: %d of its %d replicas answer, %d needed",
                                index, self.config.name, decision.answered, self.config.replicas, decision.required)
@@ -180,7 +176,7 @@ class ReplicaSets:
                 return
             chosen, epoch = decision.chosen, decision.epoch
             try:
-                states = {r: fenced[r] for r in decision.followers if r in fenced}
+                states = {r: fenced[r].encode() for r in decision.followers if r in fenced}
                 await asyncio.wait_for(self.replica(index, chosen).lead.remote(epoch, list(decision.followers),
                                                                                  states), LEAD_TIMEOUT_S)
             except Exception:  # noqa: BLE001 - no leader this time; the next report elects again
@@ -192,12 +188,12 @@ class ReplicaSets:
                         self.config.name, epoch)
             self.leaders[index], self.epochs[index] = chosen, epoch
 
-    async def _states(self, index: int, replicas: range, fence: int | None) -> dict[int, dict[str, Any]]:
+    async def _states(self, index: int, replicas: range, fence: int | None) -> dict[int, ReplicaState]:
         """The replicas' states (fenced at `fence` first, when given), of those that answer; a
         fencing round ends as soon as a majority is fenced (any majority holds every acknowledged
         change), so a replica that hangs does not hold the election up."""
         tasks = {asyncio.ensure_future(self._state(index, r, fence)): r for r in replicas}
-        states: dict[int, dict[str, Any]] = {}
+        states: dict[int, ReplicaState] = {}
         pending = set(tasks)
         while pending and (fence is None or len(states) < self.config.required_copies):
             done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
@@ -208,30 +204,29 @@ class ReplicaSets:
             task.cancel()
         return states
 
-    async def _state(self, index: int, replica: int, fence: int | None = None) -> dict[str, Any] | None:
+    async def _state(self, index: int, replica: int, fence: int | None = None) -> ReplicaState | None:
+        """Where replica `replica` of partition `index` stands (fenced at `fence` first, when
+        given); None when it does not answer within `STATE_TIMEOUT_S`."""
         try:
             handle = self.replica(index, replica)
             call = handle.replica_state.remote() if fence is None else handle.fence.remote(fence)
-            return dict(await asyncio.wait_for(call, STATE_TIMEOUT_S))
+            return ReplicaState.decode(await asyncio.wait_for(call, STATE_TIMEOUT_S))
         except Exception:  # noqa: BLE001 - a replica out of reach has no say
             return None
 
 
 class DecidedElsewhere(TableHandles):
     """The routing table of a gateway that does not decide leadership: the deciding gateway's
-    (`make` gets it, creating it again when it is gone for good)."""
+    (`make` gets it, creating it again when it is gone for good). A client asking for the table
+    looks for a leader, so the gateway fetches it again (`reload`) before it answers."""
 
     def __init__(self, config: NamespaceConfig, make: Callable[[], Any]) -> None:
-        super().__init__(GatewayCaller(config, 0, make))
+        super().__init__(GatewayCaller(config, 0, lambda _: make()))
         self.config = config
 
     async def ready(self) -> None:
         """Fetch the deciding gateway's table unless it is here already."""
         await self.load()
-
-    async def reload(self) -> None:
-        """Fetch the deciding gateway's table now (a client asks for the table: it looks for a leader)."""
-        self._table = await self._gateway.call_async("routing_table", timeout=60.0)
 
     async def keep_decider(self) -> None:
         """Fetch the table every `KEEP_DECIDER_S`, so that a deciding gateway lost with its node is
@@ -246,14 +241,14 @@ class DecidedElsewhere(TableHandles):
 
     async def failed(self, index: int, epoch: int) -> None:
         """Report the leader of partition `index` of `epoch` gone to the deciding gateway, and take its table."""
-        self._table = await self._gateway.call_async("partition_failed", index, epoch, timeout=60.0)
+        await self._take("partition_failed", index, epoch)
 
     @property
     def epochs(self) -> list[int]:
         """Each partition's epoch, as last fetched."""
-        return list(self.table()["epochs"])
+        return list(self.table().epochs)
 
-    def table(self) -> dict[str, Any]:
+    def table(self) -> RoutingTable:
         """The routing table, as last fetched."""
         assert self._table is not None, "the table is fetched (ready) before it is published"
         return self._table

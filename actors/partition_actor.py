@@ -38,6 +38,7 @@ from ray_broker.engine.operations import operation
 from ray_broker.engine.partition import PartitionEngine
 from ray_broker.engine.store import CommitTimes, Store
 from ray_broker.errors import InvalidOperationError, NotLeaderError
+from ray_broker.replies import ReplicaState
 from ray_broker.wire import PartitionRequest, Receive, SessionRef, decode
 
 logger = logging.getLogger("ray_broker.partition")
@@ -258,11 +259,11 @@ class PartitionActor:
 
     @ray.method(concurrency_group="replication")
     def replica_state(self) -> dict[str, Any]:
-        """This replica's epoch, position, epoch history, followed and led epochs, and (leading)
-        its followers' lag."""
+        """This replica's epoch, position, epoch history, followed and led epochs, (leading) its
+        followers' lag, and its node: a `ReplicaState`, encoded."""
         replica = self._replicated()
         with self._lock:
-            return {**replica.state(), "lag": replica.lag(), "node": self.node()}
+            return replica.state()._replace(lag=replica.lag(), node=self.node()).encode()
 
     @ray.method(concurrency_group="health")
     def leads(self) -> int | None:
@@ -273,20 +274,21 @@ class PartitionActor:
     @ray.method(concurrency_group="replication")
     def fence(self, epoch: int) -> dict[str, Any]:
         """Refuse changes from epochs older than `epoch` (stepping down if this replica led an
-        older one); this replica's state after it."""
+        older one); this replica's state after it (a `ReplicaState`, encoded)."""
         replica = self._replicated()
         with self._lock:
             if replica.fence(epoch):
                 self._stop_serving()
-            return replica.state()
+            return replica.state().encode()
 
     @ray.method(concurrency_group="replication")
     def lead(self, epoch: int, followers: list[int], states: dict[int, dict[str, Any]]) -> None:
         """Lead the partition in `epoch` with `followers` (the control plane fenced the replicas at
-        it, read their `states` and chose this one): build the engine from the store and serve."""
+        it, read their `states`, encoded `ReplicaState`s, and chose this one): build the engine
+        from the store and serve."""
         replica = self._replicated()
         with self._lock:
-            replica.lead(epoch, followers, states)
+            replica.lead(epoch, followers, {r: ReplicaState.decode(s) for r, s in states.items()})
             self._serve()
             self._serving()[1].took_the_lead()
             self._notify()

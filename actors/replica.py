@@ -30,7 +30,6 @@ from ray_broker.codec import packb, unpackb
 from ray_broker.config import RAY_NAMESPACE, NamespaceConfig
 from ray_broker.engine.change_log import ChangeLog
 from ray_broker.engine.changes import Change
-from ray_broker.engine.queries import EpochStart
 from ray_broker.engine.intake import Intake
 from ray_broker.engine.pieces import split
 from ray_broker.engine.replication import begin_epoch, divergence
@@ -43,6 +42,7 @@ from ray_broker.errors import (
     StaleEpochError,
     unwrap_remote_error,
 )
+from ray_broker.replies import ReplicaState
 
 logger = logging.getLogger("ray_broker.replica")
 
@@ -81,12 +81,11 @@ class Flight:
     sent: float
 
 
-def replica_state(store: Store, followed: int, leading: int | None) -> dict[str, Any]:
+def replica_state(store: Store, followed: int, leading: int | None) -> ReplicaState:
     """What a replica tells the control plane and its leader: its store's epoch, position and
     epoch history, the epoch it follows (the highest it was fenced at) and the epoch it leads (or None)."""
     epoch, position = store.replication_position
-    return {"epoch": epoch, "position": position, "history": [list(e) for e in store.epoch_history()],
-            "followed": followed, "leading": leading}
+    return ReplicaState(epoch, position, tuple(store.epoch_history()), followed, leading)
 
 
 class Replica:
@@ -122,7 +121,7 @@ class Replica:
 
     # ------------------------------------------------------------------ as a follower
 
-    def state(self) -> dict[str, Any]:
+    def state(self) -> ReplicaState:
         """See `replica_state` (what this replica holds in memory written first)."""
         self.write_held()
         return replica_state(self.store, self.followed, self.leading)
@@ -188,7 +187,7 @@ class Replica:
 
     # ------------------------------------------------------------------ as the leader
 
-    def lead(self, epoch: int, followers: list[int], states: dict[int, dict[str, Any]]) -> None:
+    def lead(self, epoch: int, followers: list[int], states: dict[int, ReplicaState]) -> None:
         """Lead the partition in `epoch` (fenced at it already): begin the epoch in the store, and
         find where each follower's changes agree with this store's by the `states` the control
         plane read as it fenced them (those it could not reach, or that diverge, get a whole copy
@@ -207,8 +206,7 @@ class Replica:
                 self._shipping.start(r, None)
                 self._shipping.failed(r, time.monotonic())
                 continue
-            theirs = [EpochStart(*e) for e in state["history"]]
-            self._shipping.start(r, divergence(history, position, theirs, state["position"]))
+            self._shipping.start(r, divergence(history, position, list(state.history), state.position))
 
     def ship(self, wait: bool = True, before_wait: Callable[[], None] = lambda: None) -> None:
         """Make this replica's committed changes held by enough replicas before anyone is answered:

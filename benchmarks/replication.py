@@ -28,6 +28,7 @@ import ray_broker as rb
 from ray_broker.cli.status import survey_replicas
 from ray_broker.config import NODE_DATA_DIR_ENV, RAY_NAMESPACE, STORE_LABEL
 from ray_broker.errors import PartitionUnavailableError
+from ray_broker.replies import ReplicaState
 from ray_broker.routing import partition_for_key
 
 from .common import (
@@ -121,8 +122,7 @@ def replica_lag(ns: rb.Namespace, partition: int) -> dict[int, int | None]:
     leader = survey_replicas(ns).leaders()[partition]
     if leader is None:
         return {0: None}
-    state = ray.get(leader.replica_state.remote(), timeout=30)
-    return {int(r): lag for r, lag in state["lag"].items()}
+    return dict(ReplicaState.decode(ray.get(leader.replica_state.remote(), timeout=30)).lag or {})
 
 
 def queue_latencies(namespaces: dict[str, rb.Namespace], body: bytes, *, samples: int, gap: float,

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..replies import ReplicaState
+
 PING_TIMEOUT_S = 5.0
 
 
@@ -64,10 +66,10 @@ class ReplicaSurvey:
     replicas: int
     handles: list[Any]
     """Replica r of partition k at `k * replicas + r`; None where no such actor exists."""
-    states: list[dict[str, Any] | None]
+    states: list[ReplicaState | None]
     """Each replica's state, None where it did not answer."""
 
-    def group(self, partition: int) -> list[dict[str, Any] | None]:
+    def group(self, partition: int) -> list[ReplicaState | None]:
         """The states of `partition`'s replicas, by replica number."""
         return self.states[partition * self.replicas:(partition + 1) * self.replicas]
 
@@ -75,8 +77,8 @@ class ReplicaSurvey:
         """Each partition's leader (the replica leading the newest epoch; None while it has none)."""
         out = []
         for k in range(len(self.states) // self.replicas):
-            leading = [(s["leading"], self.handles[k * self.replicas + r]) for r, s in enumerate(self.group(k))
-                       if s is not None and s["leading"] is not None]
+            leading = [(s.leading, self.handles[k * self.replicas + r]) for r, s in enumerate(self.group(k))
+                       if s is not None and s.leading is not None]
             out.append(max(leading, key=lambda pair: pair[0])[1] if leading else None)
         return out
 
@@ -87,16 +89,15 @@ class ReplicaSurvey:
         rows = []
         for k in range(len(self.states) // self.replicas):
             group = self.group(k)
-            lag = next(({int(r): v for r, v in s["lag"].items()} for s in group if s and s["leading"] is not None),
-                       {})
+            lag = next((s.lag or {} for s in group if s is not None and s.leading is not None), {})
             for r, state in enumerate(group):
                 if state is None:
                     rows.append([k, r, None, "down", None, None, None, False])
                     continue
-                leads = state["leading"] is not None
+                leads = state.leading is not None
                 behind = 0 if leads else lag.get(r)
-                rows.append([k, r, state["node"][:8], "leader" if leads else "follower", state["epoch"],
-                             state["position"], behind, behind == 0])
+                rows.append([k, r, (state.node or "")[:8], "leader" if leads else "follower", state.epoch,
+                             state.position, behind, behind == 0])
         return rows
 
 
@@ -114,8 +115,8 @@ def survey_replicas(ns: Any, timeout: float = PING_TIMEOUT_S) -> ReplicaSurvey:
                 handles.append(ray.get_actor(config.replica_name(k, r), namespace=RAY_NAMESPACE))
             except ValueError:
                 handles.append(None)
-    return ReplicaSurvey(config.replicas, handles,
-                         _answers([None if h is None else h.replica_state.remote() for h in handles], timeout))
+    answers = _answers([None if h is None else h.replica_state.remote() for h in handles], timeout)
+    return ReplicaSurvey(config.replicas, handles, [None if a is None else ReplicaState.decode(a) for a in answers])
 
 
 def _answers(refs: list[Any], timeout: float) -> list[Any]:

@@ -1,7 +1,7 @@
 """Who leads a replicated partition: the election's rule, as plain decisions over replica states.
 
-The deciding gateway (`actors.leadership`) asks the replicas where they stand and acts on what
-these functions decide:
+The deciding gateway (`actors.leadership`) asks the replicas where they stand (`replies.ReplicaState`)
+and acts on what these functions decide:
 
 1. `sitting_leader`: a replica that still leads an epoch at least as new as any replica or the
    gateway knows keeps the lead (a gateway that restarted finds the leader it lost track of).
@@ -13,38 +13,9 @@ these functions decide:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Mapping, Sequence
 
-from .queries import EpochStart
-
-
-@dataclass(frozen=True)
-class ReplicaState:
-    """Where one replica stands, as it answers `replica_state` or `fence`."""
-
-    epoch: int
-    """The epoch of its store's last change."""
-    position: int
-    """The position of its store's last change."""
-    history: tuple[EpochStart, ...]
-    """For each epoch its store led or followed, the position of the epoch's first change."""
-    followed: int
-    """The highest epoch it was fenced at: it refuses changes of older ones."""
-    leading: int | None
-    """The epoch it leads, or None while it follows."""
-
-    @classmethod
-    def from_answer(cls, answer: Mapping[str, Any]) -> ReplicaState:
-        """The state a replica answered (its fields travel as a map, with more the status shows)."""
-        return cls(epoch=int(answer["epoch"]), position=int(answer["position"]),
-                   history=tuple(EpochStart(int(e), int(p)) for e, p in answer["history"]),
-                   followed=int(answer["followed"]),
-                   leading=None if answer["leading"] is None else int(answer["leading"]))
-
-    @property
-    def last_epoch(self) -> int:
-        """The epoch of the last change its history records (0 for an empty store)."""
-        return self.history[-1].epoch if self.history else 0
+from ..replies import ReplicaState
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from ray.exceptions import (
 
 from ..callers import caller_token
 from ..errors import NotLeaderError, unwrap_remote_error
+from ..replies import RoutingTable
 from ..wire import PartitionRequest, SessionRef, encode
 from .channel import PartitionUnavailable, Request
 
@@ -40,6 +41,8 @@ REFUSED_RESTARTING = "The actor is restarting."
 restarting (an actor with `max_task_retries=0`, as partitions are)."""
 NEVER_STARTED = "The actor never ran"
 """How Ray's `ActorDiedError` says the actor was cancelled before it ever started."""
+TABLE_TIMEOUT_S = 60.0
+"""How long a caller gives a gateway to answer with the routing table."""
 PROBE_TIMEOUT_S = 5.0
 """How long an actor has to answer `pid` (a call that waits on nothing) to count as answering."""
 
@@ -72,7 +75,8 @@ def classify_ray_failure(index: int, exc: BaseException) -> BaseException:
 
 
 class GatewayCalls(Protocol):
-    """What a `TableHandles` needs of a gateway: its operations, awaited."""
+    """What a `TableHandles` needs of a gateway: its operations, awaited (`ray_gateway.GatewayCaller`,
+    the one caller of a gateway, which imports this module)."""
 
     async def call_async(self, operation: str, *args: Any, timeout: float) -> Any:
         """Run a gateway operation."""
@@ -81,11 +85,12 @@ class GatewayCalls(Protocol):
 
 class TableHandles:
     """Partition handles from a gateway's routing table (a `HandleSource`), for callers that do
-    not create partitions: clients, and partitions forwarding to others."""
+    not create partitions: clients, partitions forwarding to others, and gateways that take the
+    table from the one deciding leadership."""
 
     def __init__(self, gateway: GatewayCalls, clock: Callable[[], float] = time.monotonic) -> None:
         self._gateway = gateway
-        self._table: dict[str, Any] | None = None
+        self._table: RoutingTable | None = None
         self._clock = clock
         self._refreshed = -REFRESH_EVERY_S
         self._looking: dict[int, asyncio.Future[None]] = {}
@@ -99,13 +104,21 @@ class TableHandles:
     async def load(self) -> None:
         """Fetch the routing table unless it is here already."""
         if self._table is None:
-            self._table = await self._gateway.call_async("routing_table", timeout=60.0)
+            await self.reload()
+
+    async def reload(self) -> None:
+        """Fetch the routing table now."""
+        await self._take("routing_table")
+
+    async def _take(self, operation: str, *args: Any) -> None:
+        """Run gateway `operation`, which answers with the routing table, and keep the table."""
+        self._table = RoutingTable.decode(await self._gateway.call_async(operation, *args, timeout=TABLE_TIMEOUT_S))
 
     def handle(self, index: int) -> Any:
         """Partition `index`'s handle, as of the last table (`PartitionUnavailable` while a
         replicated partition has no leader)."""
         assert self._table is not None, "the routing table is loaded before the first partition call"
-        handle = self._table["handles"][index]
+        handle = self._table.handles[index]
         if handle is None:
             raise PartitionUnavailable(index, "no leader", reached=False)
         return handle
@@ -113,17 +126,16 @@ class TableHandles:
     async def replace(self, index: int) -> None:
         """Report partition `index` dead for good; the gateway recreates it and sends the new table."""
         assert self._table is not None
-        self._table = await self._gateway.call_async("partition_failed", index, self._table["epochs"][index],
-                                                     timeout=60.0)
+        await self._take("partition_failed", index, self._table.epochs[index])
 
     async def refresh(self, index: int) -> None:
         """Partition `index` did not answer: with replicated partitions, fetch the table again (at
         most every `REFRESH_EVERY_S`), since the control plane may have replaced a leader that hangs."""
         now = self._clock()
-        if self._table is None or not self._table.get("replicated") or now - self._refreshed < REFRESH_EVERY_S:
+        if self._table is None or not self._table.replicated or now - self._refreshed < REFRESH_EVERY_S:
             return
         self._refreshed = now
-        self._table = await self._gateway.call_async("routing_table", timeout=60.0)
+        await self.reload()
 
     async def unanswered(self, index: int, handle: Any) -> None:
         """A call to partition `index` on `handle` timed out: look into it in the background, so
@@ -131,10 +143,10 @@ class TableHandles:
         With replicated partitions the control plane watches leaders itself, and a timeout
         refetches the table (`refresh`)."""
         assert self._table is not None
-        if self._table.get("replicated") or index in self._looking:
+        if self._table.replicated or index in self._looking:
             return
         looking = self._looking[index] = asyncio.ensure_future(
-            self._look_into(index, handle, self._table["epochs"][index]))
+            self._look_into(index, handle, self._table.epochs[index]))
         looking.add_done_callback(lambda _: self._looking.pop(index, None))
 
     async def _look_into(self, index: int, handle: Any, epoch: int) -> None:
@@ -143,7 +155,7 @@ class TableHandles:
         if await answers(handle):
             return
         try:
-            self._table = await self._gateway.call_async("partition_unreachable", index, epoch, timeout=60.0)
+            await self._take("partition_unreachable", index, epoch)
         except Exception:  # noqa: BLE001 - the next call that times out reports it again
             logger.warning("could not report partition %d, which does not answer this process, to the gateway",
                            index, exc_info=True)

@@ -36,6 +36,7 @@ import ray_broker as rb
 from ray_broker.cli.namespaces import status_document
 from ray_broker.config import NODE_DATA_DIR_ENV, RAY_NAMESPACE, STORE_LABEL
 from ray_broker.errors import InvalidOperationError, MessageLockLostError
+from ray_broker.replies import ReplicaState, RoutingTable
 from ray_broker.routing import partition_for_key
 
 from .replicated_load import OUTPUT, SESSIONS, STAGE, SUBSCRIPTIONS, TOPIC, Load, create_entities
@@ -130,21 +131,22 @@ def wait_for_repair(name: str, partition: int, give_up_s: float = 90.0,
     before: tuple[int, int, int] | None = None
     """The leader's replica number, epoch and position at the look before."""
     while True:
-        states = ask_replicas(name, partition, "replica_state")
-        leaders = [(r, s) for r, s in enumerate(states) if isinstance(s, dict) and s["leading"] is not None]
-        if all(isinstance(s, dict) for s in states) and len(leaders) == 1:
+        answers = ask_replicas(name, partition, "replica_state")
+        states = {r: ReplicaState.decode(a) for r, a in enumerate(answers) if isinstance(a, dict)}
+        leaders = [(r, s) for r, s in states.items() if s.leading is not None]
+        if len(states) == len(answers) and len(leaders) == 1:
             r, leader = leaders[0]
-            lags = list(leader["lag"].values())
+            lags = list((leader.lag or {}).values())
             if all(lag == 0 for lag in lags) or (
-                    None not in lags and before is not None and before[:2] == (r, leader["leading"])
-                    and all(s["position"] >= before[2] for s in states)):
+                    None not in lags and before is not None and before[:2] == (r, leader.leading)
+                    and all(s.position >= before[2] for s in states.values())):
                 return round(time.monotonic() - began, 2)
-            before = (r, leader["leading"], leader["position"])
+            before = (r, leader.leading, leader.position)
         else:
             before = None
         if time.monotonic() - began >= give_up_s:
             if unrepaired is not None:
-                unrepaired[str(partition)] = states
+                unrepaired[str(partition)] = answers
             return None
         time.sleep(0.3)
 
@@ -241,8 +243,8 @@ def restart_a_follower(ns: rb.Namespace, avoid: int, out: dict[str, Any]) -> lis
                                   for body in bodies[b * PER_BATCH:(b + 1) * PER_BATCH]])
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        lag = ray.get(handle.replica_state.remote(), timeout=10)["lag"]
-        if lag.get(follower) == 0 or lag.get(str(follower)) == 0:
+        lag = ReplicaState.decode(ray.get(handle.replica_state.remote(), timeout=10)).lag or {}
+        if lag.get(follower) == 0:
             break
         nudge = f"nudge-{len(bodies)}"
         with ns.get_queue_sender("q") as sender:
@@ -272,8 +274,8 @@ def scenario(root: Path) -> dict[str, Any]:
         ns.create_queue("q", lock_duration=__import__("datetime").timedelta(minutes=5))
         create_entities(ns)
         gateway = ray.get_actor("rep.gateway.0", namespace=RAY_NAMESPACE)
-        table = ray.get(gateway.call.remote("routing_table"), timeout=60)
-        leader_nodes = ray.get([h.node.remote() for h in table["handles"]], timeout=60)
+        table = RoutingTable.decode(ray.get(gateway.call.remote("routing_table"), timeout=60))
+        leader_nodes = ray.get([h.node.remote() for h in table.handles], timeout=60)
         out["leader_nodes"] = leader_nodes
         # the victim: the unlabelled worker leading the most partitions (its replicas are made again elsewhere)
         victim = max(workers, key=lambda w: leader_nodes.count(w.node_id))
@@ -303,7 +305,7 @@ def scenario(root: Path) -> dict[str, Any]:
         cluster.remove_node(victim)
         lost_at = time.monotonic()
         availability = ThreadPoolExecutor(1).submit(available_again, ns, lost_at)
-        elections = ThreadPoolExecutor(1).submit(elected_after, "rep", {k: table["epochs"][k] for k in led}, lost_at)
+        elections = ThreadPoolExecutor(1).submit(elected_after, "rep", {k: table.epochs[k] for k in led}, lost_at)
         out["keyed_send_after_loss_s"] = keyed_sends_after(ns, led)
         sent += [f"after-{k}" for k in led]
         time.sleep(max(0.0, LOAD_AFTER_LOSS_S - (time.monotonic() - lost_at)))

@@ -15,6 +15,7 @@ import pytest
 import ray
 
 import ray_broker as rb
+from ray_broker.replies import RoutingTable
 from ray_broker.routing import partition_for_key
 
 from .helpers import drain, kill_partition, partition_handle, partition_pid, wait_partition_back
@@ -151,12 +152,14 @@ def test_a_partition_reported_unreachable_while_it_answers_is_recreated_with_its
     gateway = ray.get_actor(f"{namespace.name}.gateway.0", namespace="ray_broker")
     with namespace.get_queue_sender(queue_name) as sender:
         sender.send_messages([rb.Message(b"m", partition_key=key, message_id=f"m{i}") for i in range(20)])
-        before = ray.get(gateway.call.remote("routing_table"))
-        after = ray.get(gateway.call.remote("partition_unreachable", victim, before["epochs"][victim]), timeout=60)
-        assert after["epochs"][victim] == before["epochs"][victim] + 1
-        assert after["handles"][victim]._actor_id != before["handles"][victim]._actor_id, "a new actor"
-        again = ray.get(gateway.call.remote("partition_unreachable", victim, before["epochs"][victim]), timeout=60)
-        assert again["epochs"] == after["epochs"], "a report about an older epoch changes nothing"
+        before = RoutingTable.decode(ray.get(gateway.call.remote("routing_table")))
+        after = RoutingTable.decode(ray.get(gateway.call.remote("partition_unreachable", victim,
+                                                                before.epochs[victim]), timeout=60))
+        assert after.epochs[victim] == before.epochs[victim] + 1
+        assert after.handles[victim]._actor_id != before.handles[victim]._actor_id, "a new actor"
+        again = RoutingTable.decode(ray.get(gateway.call.remote("partition_unreachable", victim,
+                                                                before.epochs[victim]), timeout=60))
+        assert again.epochs == after.epochs, "a report about an older epoch changes nothing"
         sender.send_messages([rb.Message(b"n", partition_key=key, message_id=f"n{i}") for i in range(5)],
                              timeout=60)
     with namespace.get_queue_receiver(queue_name) as receiver:

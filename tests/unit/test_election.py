@@ -1,34 +1,24 @@
 """The election's rule (`ray_broker.engine.election`): who keeps or takes a partition's lead."""
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from ray_broker.engine.election import (
     Keep,
     Lead,
     NoQuorum,
-    ReplicaState,
     choose,
     known_epoch,
     newest,
     sitting_leader,
 )
 from ray_broker.engine.queries import EpochStart
+from ray_broker.replies import ReplicaState
 
 
 def state(epoch: int = 0, position: int = 0, history: tuple[tuple[int, int], ...] = (), followed: int = 0,
           leading: int | None = None) -> ReplicaState:
     return ReplicaState(epoch, position, tuple(EpochStart(*e) for e in history), followed, leading)
-
-
-def test_a_replica_state_reads_what_a_replica_answers() -> None:
-    answer: dict[str, Any] = {"epoch": 3, "position": 40, "history": [[1, 1], [3, 31]], "followed": 4,
-                              "leading": None, "lag": {}, "node": "n1"}
-    got = ReplicaState.from_answer(answer)
-    assert got == state(3, 40, ((1, 1), (3, 31)), followed=4)
-    assert got.last_epoch == 3
 
 
 def test_the_known_epoch_is_the_newest_any_replica_was_fenced_at_holds_or_the_gateway_knows() -> None:

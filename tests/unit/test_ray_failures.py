@@ -25,7 +25,6 @@ from ray.exceptions import (
 )
 from ray.core.generated.common_pb2 import ActorDiedErrorContext
 
-from ray_broker.client.link import RetryAction, classify_gateway_failure
 from ray_broker.config import NamespaceConfig, displaced, spread_node, store_node
 from ray_broker.engine.store_lock import StoreLock, last_holder
 from ray_broker.errors import MessagingEntityNotFoundError
@@ -37,6 +36,8 @@ from ray_broker.routing.ray_channel import (
     TableHandles,
     classify_ray_failure,
 )
+from ray_broker.routing.gateway_retry import Failure
+from ray_broker.routing.ray_gateway import GatewayCaller, failure_of
 from ray_broker.wire import ListEntities
 
 from .fake_ray import FakeRef
@@ -205,22 +206,77 @@ def test_a_ray_error_raised_inside_a_partition_is_unavailability_too() -> None:
     assert isinstance(outcome, PartitionUnavailable) and outcome.index == 1
 
 
-def test_an_actor_ray_will_not_restart_is_made_again() -> None:
+def test_an_actor_ray_will_not_restart_is_gone_for_good() -> None:
     assert ActorUnschedulableError in GONE_FOR_GOOD and ActorPlacementGroupRemoved in GONE_FOR_GOOD
     for exc in (ActorDiedError(), ActorUnschedulableError("gone"), ActorPlacementGroupRemoved()):
-        assert classify_gateway_failure(exc)[0] is RetryAction.RECREATE
+        assert failure_of(exc) == (Failure.GONE, exc)
 
 
 @pytest.mark.parametrize("exc", [ActorUnavailableError("restarting", None), NodeDiedError("node 1 died"),
                                  OwnerDiedError("ab" * 28, "", ""), RaySystemError("startup failed"),
                                  _task_error(NodeDiedError("inner"))], ids=lambda e: type(e).__name__)
-def test_a_gateway_call_meeting_any_other_ray_error_backs_off(exc: RayError) -> None:
-    assert classify_gateway_failure(exc)[0] is RetryAction.BACKOFF
+def test_a_gateway_call_meeting_any_other_ray_error_meets_a_passing_failure(exc: RayError) -> None:
+    assert failure_of(exc)[0] is Failure.PASSING
 
 
-def test_a_gateway_error_is_raised_typed() -> None:
+def test_a_gateway_error_is_unwrapped_typed_and_a_time_out_is_no_answer() -> None:
     error = MessagingEntityNotFoundError("queue 'q' does not exist", entity="q")
-    assert classify_gateway_failure(_task_error(error)) == (RetryAction.RAISE, error)
+    assert failure_of(_task_error(error)) == (Failure.TYPED, error)
+    assert failure_of(GetTimeoutError("late"))[0] is Failure.UNANSWERED
+    assert failure_of(asyncio.TimeoutError())[0] is Failure.UNANSWERED
+
+
+class _GatewayActor:
+    """A fake gateway actor handle whose `call` answers with what the test lines up, in turn."""
+
+    def __init__(self, *outcomes: Any) -> None:
+        self.outcomes = list(outcomes)
+        self.calls: list[tuple[Any, ...]] = []
+        self.call = SimpleNamespace(remote=self._call)
+
+    def _call(self, *args: Any) -> FakeRef:
+        self.calls.append(args)
+        return FakeRef(self.outcomes.pop(0))
+
+
+def _caller(gateways: int, actors: dict[int, list[_GatewayActor]], moves: bool) -> tuple[GatewayCaller, list[int]]:
+    """A caller of gateway 0 whose `find` hands out each gateway's fake actors in turn, and the
+    gateways it was asked for."""
+    found: list[int] = []
+
+    def find(index: int) -> _GatewayActor:
+        found.append(index)
+        return actors[index].pop(0)
+
+    config = NamespaceConfig("ns", "premium", 1, None, "normal", gateways, None)
+    return GatewayCaller(config, 0, find, moves=moves), found
+
+
+def test_the_gateway_caller_finds_a_gateway_gone_for_good_again_and_waits_out_a_restart() -> None:
+    dead = _GatewayActor(ActorDiedError())
+    alive = _GatewayActor(ActorUnavailableError("restarting", None), {"handles": [], "epochs": []})
+    caller, found = _caller(1, {0: [dead, alive]}, moves=False)
+    assert asyncio.run(caller.call_async("routing_table", timeout=5.0)) == {"handles": [], "epochs": []}
+    assert found == [0, 0], "found again once, after it was gone for good; not after it restarted"
+    assert len(alive.calls) == 2
+
+
+def test_the_gateway_caller_raises_the_gateway_s_own_error_typed_at_once() -> None:
+    error = MessagingEntityNotFoundError("queue 'q' does not exist", entity="q")
+    caller, found = _caller(1, {0: [_GatewayActor(_task_error(error))]}, moves=False)
+    with pytest.raises(MessagingEntityNotFoundError) as raised:
+        asyncio.run(caller.call_async("get_entity", "q", timeout=5.0))
+    assert raised.value is error and found == [0]
+
+
+def test_a_client_moves_on_to_the_next_gateway_and_a_forwarder_sticks_to_its_own() -> None:
+    restarting = ActorUnavailableError("restarting", None)
+    client, found = _caller(2, {0: [_GatewayActor(restarting)], 1: [_GatewayActor("answer")]}, moves=True)
+    assert asyncio.run(client.call_async("routing_table", timeout=5.0)) == "answer"
+    assert found == [0, 1] and client.index == 1
+    forwarder, found = _caller(2, {0: [_GatewayActor(restarting, "answer")]}, moves=False)
+    assert asyncio.run(forwarder.call_async("routing_table", timeout=5.0)) == "answer"
+    assert found == [0] and forwarder.index == 0
 
 
 def test_gateways_take_a_node_each_while_there_are_enough() -> None:
