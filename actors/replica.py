@@ -33,7 +33,7 @@ from ray_broker.engine.changes import Change
 from ray_broker.engine.intake import Intake
 from ray_broker.engine.pieces import split
 from ray_broker.engine.replication import begin_epoch, divergence
-from ray_broker.engine.shipping import LAZY_S, Shipment, Shipping
+from ray_broker.engine.shipping import HEARTBEAT_S, LAZY_S, Shipment, Shipping
 from ray_broker.engine.store import Store
 from ray_broker.errors import (
     NotLeaderError,
@@ -115,7 +115,11 @@ class Replica:
         self._answers = threading.Condition(lock)
         """Notified when followers' answers were taken (and when this replica stops leading)."""
         self._shipped = threading.Event()
-        """Set when a shipment is sent, to wake an idle pump."""
+        """Set when shipping is left to the pump (after a commit no caller waits on, once the last
+        waiting caller is done, when this replica takes the lead), to wake it."""
+        self._waiters = 0
+        """Calls waiting in `ship` for their changes to be held: while there are any, they take the
+        followers' answers themselves and the pump keeps out of their way."""
         self.intake = Intake(store)
         """The leader's changes this replica holds in memory, answered, until `write_held`."""
 
@@ -207,6 +211,7 @@ class Replica:
                 self._shipping.failed(r, time.monotonic())
                 continue
             self._shipping.start(r, divergence(history, position, list(state.history), state.position))
+        self._shipped.set()
 
     def ship(self, wait: bool = True, before_wait: Callable[[], None] = lambda: None) -> None:
         """Make this replica's committed changes held by enough replicas before anyone is answered:
@@ -235,45 +240,60 @@ class Replica:
             self._send(shipment)
         sending_s = time.perf_counter() - began
         if not wait or shipping.held(position):
+            self._leave_to_pump()
             return
         if changes:
             before_wait()
         deadline = now + SHIP_TIMEOUT_S
-        while True:
-            if self.leading is None or self._shipping is not shipping:
-                raise self.not_leader("a follower follows a newer epoch")
-            if shipping.held(position):
-                self.times.rounds += 1
-                self.times.ship_s += sending_s
-                self.times.held_s += time.perf_counter() - began
-                return
-            now = time.monotonic()
-            if now >= deadline:
-                raise self.not_leader(f"only {shipping.copies(position)} of the {self.config.required_copies} "
-                                      f"copies a change needs hold change {position} after {SHIP_TIMEOUT_S:g} s")
-            self._await_answers(min(deadline - now, LAZY_S))
+        self._waiters += 1
+        try:
+            while True:
+                if self.leading is None or self._shipping is not shipping:
+                    raise self.not_leader("a follower follows a newer epoch")
+                if shipping.held(position):
+                    self.times.rounds += 1
+                    self.times.ship_s += sending_s
+                    self.times.held_s += time.perf_counter() - began
+                    return
+                now = time.monotonic()
+                if now >= deadline:
+                    raise self.not_leader(f"only {shipping.copies(position)} of the {self.config.required_copies} "
+                                          f"copies a change needs hold change {position} after {SHIP_TIMEOUT_S:g} s")
+                self._ship_due(shipping, now)
+                self._await_answers(min(deadline - now, LAZY_S))
+        finally:
+            self._waiters -= 1
+            self._leave_to_pump()
 
     def _await_answers(self, timeout: float) -> None:
         """Wait up to `timeout` s for a shipment's answer with the lock let go, then take the
         answers that came, on this thread: a caller waiting for its change to be held is woken by
         Ray itself, not by the pump in turn (a thread hop, most of a millisecond on a busy
-        machine). The caller holds the lock (perhaps more than once: it is let go wholly, as a
-        `threading.Condition` does)."""
+        machine), and what becomes due meanwhile is shipped by the pump once no caller waits, or
+        by this caller if it must wait on. The caller holds the lock (perhaps more than once: it is
+        let go wholly, as a `threading.Condition` does)."""
         refs = list(self._in_flight)
         if not refs:
             self._answers.wait(timeout=timeout)
             return
         held = self._lock._release_save()  # type: ignore[attr-defined]
         try:
-            ray.wait(refs, num_returns=1, timeout=timeout)
+            ready = ray.wait(refs, num_returns=1, timeout=timeout)[0]
         finally:
             self._lock._acquire_restore(held)  # type: ignore[attr-defined]
-        self._take_answers()
+        self._take_ready(ready)
+
+    def _leave_to_pump(self) -> None:
+        """Wake the pump once no caller waits, to watch the shipments under way and time what is
+        due next (the caller holds the lock)."""
+        if not self._waiters:
+            self._shipped.set()
 
     def pump(self) -> None:
-        """Take the followers' answers as they come in, ship what is then due (a follower behind,
-        one to retry) and wake the calls waiting in `ship`; runs on a thread of its own for the
-        replica's life (an error in a pass is logged and the next pass goes on)."""
+        """Take the followers' answers nobody waits on as they come in, ship what is then due (a
+        follower behind, one to retry, a heartbeat) and wake the calls waiting in `ship`; runs on a
+        thread of its own for the replica's life, idle but for a look a second while it follows
+        (an error in a pass is logged and the next pass goes on)."""
         failures = 0
         while True:
             try:
@@ -287,32 +307,48 @@ class Replica:
                 time.sleep(LAZY_S)
 
     def _pump_once(self) -> None:
+        """One pass of the pump: wait for an answer or until something is due (`Shipping.next_due`;
+        while callers wait they take the answers themselves and the pump looks in every `LAZY_S`;
+        a follower's looks in once a second, or when it takes the lead), take what came and ship
+        what is due."""
         with self._lock:
-            refs = list(self._in_flight)
+            shipping = self._shipping
+            refs = [] if self._waiters else list(self._in_flight)
+            if shipping is None or self.leading is None:
+                timeout = HEARTBEAT_S
+            else:
+                timeout = LAZY_S if self._waiters else shipping.next_due(time.monotonic())
         if refs:
-            ray.wait(refs, num_returns=1, timeout=LAZY_S)
-        else:
-            self._shipped.wait(LAZY_S)
+            ray.wait(refs, num_returns=1, timeout=timeout)
+        elif timeout > 0:
+            self._shipped.wait(timeout)
             self._shipped.clear()
         with self._lock:
-            self._take_answers()
-
-    def _take_answers(self) -> None:
-        """Take the followers' answers that came, ship what is then due, and wake the calls
-        waiting in `ship` (the caller holds the lock)."""
-        try:
             shipping = self._shipping
-            if shipping is None or self.leading is None:
+            self._take_ready()
+            if shipping is not None and self._shipping is shipping and self.leading is not None:
+                self._ship_due(shipping, time.monotonic())
+
+    def _take_ready(self, ready: list[Any] | None = None) -> None:
+        """Take the followers' answers that came (those of `ready`, when given, as `ray.wait` just
+        found them: another look costs a call into Ray) and wake the calls waiting in `ship` (the
+        caller holds the lock)."""
+        try:
+            if self._shipping is None or self.leading is None:
                 return
-            for ref in self._ready():
-                self._answer(ref, self._in_flight.pop(ref))
-            if self._shipping is shipping and self.leading is not None:
-                now = time.monotonic()
-                self._give_up_on_silent(now)
-                for shipment in shipping.due(shipping.log.last, now):
-                    self._send(shipment)
+            for ref in self._ready() if ready is None else ready:
+                flight = self._in_flight.pop(ref, None)
+                if flight is not None:
+                    self._answer(ref, flight)
         finally:
             self._answers.notify_all()
+
+    def _ship_due(self, shipping: Shipping, now: float) -> None:
+        """Ship what is due now to bring the followers to the last change (a follower behind, one
+        to retry, one silent too long); the caller holds the lock."""
+        self._give_up_on_silent(now)
+        for shipment in shipping.due(shipping.log.last, now):
+            self._send(shipment)
 
     def _ready(self) -> list[Any]:
         """The refs of the shipments under way that are done now."""
@@ -343,7 +379,6 @@ class Replica:
             self._shipping.failed(shipment.replica, time.monotonic())
             return
         self._in_flight[ref] = Flight(shipment, time.monotonic())
-        self._shipped.set()
 
     def _give_up_on_silent(self, now: float) -> None:
         """Count a shipment unanswered for `SHIPMENT_TIMEOUT_S` as failed (its follower's process

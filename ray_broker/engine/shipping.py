@@ -110,6 +110,31 @@ class Shipping:
             out.append(Shipment(replica, changes))
         return out
 
+    def next_due(self, now: float) -> float:
+        """Seconds from `now` until `due` may have something to send without a new change (0: at
+        once), by the followers not busy: one behind once it has been left `LAZY_S` (at once when
+        not yet left), one in step once `HEARTBEAT_S` passed since it answered, neither before it
+        may be retried. `HEARTBEAT_S` at most (a busy follower's answer comes sooner, or its
+        shipment is given up on).
+
+        Example:
+            >>> log = ChangeLog(0)
+            >>> log.append(Change(1, 1, []))
+            >>> shipping = Shipping([1, 2], 2, log)
+            >>> shipping.answered(1, 1, now=0.0); shipping.answered(2, 1, now=0.5)
+            >>> shipping.next_due(now=0.5)
+            0.5
+        """
+        at = now + HEARTBEAT_S
+        for follower in self.followers.values():
+            if follower.busy:
+                continue
+            ready = follower.heard_at + HEARTBEAT_S
+            if follower.position is None or follower.position < self.log.last:
+                ready = min(ready, now if follower.behind_since is None else follower.behind_since + LAZY_S)
+            at = min(at, max(ready, follower.retry_at))
+        return max(0.0, at - now)
+
     def answered(self, replica: int, position: int, now: float) -> None:
         """Follower `replica` took its shipment and now holds changes up to `position` (one that
         holds more than this leader, which cannot be in one epoch, is sent a copy)."""

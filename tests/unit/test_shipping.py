@@ -1,6 +1,8 @@
 """A leader's view of its followers (`engine.shipping`): what each is sent, and when a change is held."""
 from __future__ import annotations
 
+from pytest import approx
+
 from ray_broker.engine.change_log import ChangeLog
 from ray_broker.engine.changes import Change
 from ray_broker.engine.shipping import HEARTBEAT_S, LAZY_S, RETRY_AFTER_S, Shipping
@@ -105,3 +107,30 @@ def test_a_silent_follower_leaves_the_other_shipped_to_within_the_lazy_interval(
     assert [s.replica for s in shipping.due(6, now=0.002 + LAZY_S)] == [2], "replica 1 did not answer"
     shipping.answered(2, 6, now=0.03)
     assert shipping.held(6)
+
+
+def test_next_due_says_when_a_lazy_follower_a_heartbeat_or_a_retry_is_due_and_due_then_sends_it() -> None:
+    shipping = shipping_with(5)
+    shipping.answered(1, 5, now=0.0)
+    shipping.answered(2, 5, now=0.0)
+    assert shipping.next_due(now=0.25) == approx(HEARTBEAT_S - 0.25), "in step: the next heartbeat"
+    shipping.log.append(Change(1, 6, []))
+    assert shipping.next_due(now=0.5) == approx(0.0), "a new change: due at once"
+    assert [s.replica for s in shipping.due(6, now=0.5)] == [1]
+    assert shipping.next_due(now=0.5) == approx(LAZY_S), "replica 2 is left a while, replica 1 is busy"
+    assert shipping.due(6, now=0.5 + LAZY_S / 2) == []
+    assert [s.replica for s in shipping.due(6, now=0.5 + LAZY_S)] == [2]
+    shipping.answered(1, 6, now=0.51)
+    shipping.failed(2, now=0.52)
+    assert shipping.next_due(now=0.52) == approx(RETRY_AFTER_S), "replica 2 is retried once its time comes"
+    assert [s.replica for s in shipping.due(6, now=0.52 + RETRY_AFTER_S)] == [2]
+    assert shipping.next_due(now=0.52 + RETRY_AFTER_S) == approx(HEARTBEAT_S - (0.01 + RETRY_AFTER_S))
+
+
+def test_a_follower_behind_and_not_yet_left_is_due_at_once() -> None:
+    shipping = shipping_with(6)
+    shipping.start(1, 4)
+    shipping.start(2, None)
+    assert shipping.next_due(now=0.0) == approx(0.0)
+    shipping.due(6, now=0.0)
+    assert shipping.next_due(now=0.0) == approx(HEARTBEAT_S), "both busy: their answers come first"
