@@ -276,9 +276,10 @@ def _property_in(key: Any, value: Any) -> Any:
 
 
 def delivery_tag(message: ReceivedMessage) -> bytes:
-    """The delivery tag of a locked message: its lock token in .NET GUID byte order."""
+    """The delivery tag of a message: its lock token in .NET GUID byte order when it is locked;
+    empty when it is not (received and deleted, its delivery settled), as Service Bus sends it."""
     token = message.lock_token
-    return token.bytes_le if token is not None else uuid.uuid4().bytes_le
+    return token.bytes_le if token is not None else b""
 
 
 def lock_token_of_tag(tag: bytes) -> uuid.UUID:

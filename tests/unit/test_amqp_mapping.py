@@ -159,6 +159,10 @@ def test_the_delivery_tag_is_the_lock_token_in_dotnet_byte_order() -> None:
     assert uuid.UUID(bytes_le=tag) == message.lock_token == lock_token_of_tag(tag)
 
 
+def test_a_message_received_and_deleted_has_an_empty_delivery_tag() -> None:
+    assert delivery_tag(received({"body": b"x"}, lock_token=None)) == b""
+
+
 @pytest.mark.parametrize("sent, text", [
     (uuid.UUID(int=(1 << 100) + 5), str(uuid.UUID(int=(1 << 100) + 5))), (7, "7"), ((1 << 64) - 1, str((1 << 64) - 1)),
     (b"bin-id", "bin-id"), (b"\xff\x00", "ff00"), ("text-id", "text-id"),
