@@ -98,8 +98,9 @@ _NEXT_SESSION_WAIT = ("the test expects receive_messages(max_wait_time=5) on a r
                       "call's 5 s on the client (OperationTimeoutError 'Timed out waiting for the AMQP link to open.'), "
                       "against Service Bus too; the broker holds the attach for the link's com.microsoft:timeout, as "
                       "Service Bus does")
-_SETTLE_PATCH = ("the test replaces ReceiveClient.settle_messages with a function that lacks the await_outcome keyword "
-                 "SDK 7.15.0 passes, so the settlement fails with TypeError before it reaches any service")
+_SETTLE_PATCH = ("the test replaces ReceiveClient.settle_messages with a function (_hack_amqp_message_complete) that "
+                 "lacks the await_outcome keyword SDK 7.15.0 passes, so the settlement fails on the client ('Handler "
+                 "failed: ... got an unexpected keyword argument') before it reaches any service")
 
 KNOWN_FAILING: dict[str, str] = {
     "test_sessions.py::TestServiceBusSession::test_next_available_session_timeout_value": _NEXT_SESSION_WAIT,
