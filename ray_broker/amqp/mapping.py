@@ -10,10 +10,10 @@ Outbound, a received message carries the annotations Service Bus sends (`x-opt-s
 `x-opt-enqueued-time`, `x-opt-locked-until`, ...; `x-opt-message-state` only for a deferred or
 scheduled message, `x-opt-enqueue-sequence-number` only for one whose sequence number changed
 since it was first enqueued), its header and properties as the sender set them (durable, creation
-time), its lock token travels as the delivery tag in
-.NET GUID byte order (the SDKs read `uuid.UUID(bytes_le=tag)`) and as the delivery annotation
-`x-opt-lock-token` (an empty delivery-annotations map for a message received and deleted), and the
-header's delivery count is the number of earlier deliveries.
+time), its lock token travels as the delivery tag in .NET GUID byte order (the SDKs read
+`uuid.UUID(bytes_le=tag)`) and as the delivery annotation `x-opt-lock-token` (an empty tag and an
+empty delivery-annotations map for a message received and deleted), and the header's delivery
+count is the number of earlier deliveries.
 
 A data body keeps its sections (several, one, or none for a message without a body: the message's
 `body_sections`), and a message or correlation id its AMQP type (uuid, ulong or binary: the
