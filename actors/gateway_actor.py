@@ -200,7 +200,7 @@ class Gateway:
         return existing
 
     async def _create(self, definition: dict[str, Any], timeout: float) -> dict[str, Any]:
-        await self._check_forwarding(definition["name"], definition["options"])
+        await self._check_forwarding(definition["name"], definition["kind"], definition["options"])
         now = time.time()
         definition = {**definition, "incarnation": uuid.uuid4().hex, "created_at": now, "updated_at": now}
         await self.router.reach.everywhere(CreateEntity(definition), deadline=time.monotonic() + timeout,
@@ -223,26 +223,26 @@ class Gateway:
         if options.get("forward_to") or options.get("forward_dead_lettered_messages_to"):
             self.sku.require("auto-forwarding", name)
 
-    async def _check_forwarding(self, name: str, options: dict[str, Any]) -> None:
-        """Refuse forwarding that cannot work: from a session-enabled entity, to itself, or to an
-        entity that is not an existing queue or topic of this namespace."""
+    async def _check_forwarding(self, name: str, kind: str, options: dict[str, Any]) -> None:
+        """Refuse forwarding to an entity that is not an existing queue or topic of this namespace.
+        A queue may forward to itself, as on Service Bus: the hop limit dead-letters each message
+        after `MAX_TRANSFER_HOPS` rounds. A session-enabled entity forwards its messages with their
+        session ids."""
         for option in ("forward_to", "forward_dead_lettered_messages_to"):
             target = options.get(option)
             if target is None:
                 continue
-            if option == "forward_to" and options.get("requires_session"):
-                raise InvalidOperationError(f"{name!r} requires sessions and cannot auto-forward; leave forward_to "
-                                            "unset on session-enabled queues and subscriptions", entity=name)
             if target.lower() == name.lower():
-                raise InvalidOperationError(f"{name!r} cannot forward to itself; choose another {option}", entity=name)
-            try:
-                destination = await self.router.definitions.get(target, fresh=True)
-            except MessagingEntityNotFoundError:
-                raise MessagingEntityNotFoundError(
-                    f"{option} of {name!r} names {target!r}, which does not exist in namespace "
-                    f"{self.config.name!r}; create it first", entity=name) from None
-            if destination["kind"] not in ("queue", "topic"):
-                raise InvalidOperationError(f"{option} of {name!r} names {target!r}, a {destination['kind']}: "
+                destination_kind = kind
+            else:
+                try:
+                    destination_kind = (await self.router.definitions.get(target, fresh=True))["kind"]
+                except MessagingEntityNotFoundError:
+                    raise MessagingEntityNotFoundError(
+                        f"{option} of {name!r} names {target!r}, which does not exist in namespace "
+                        f"{self.config.name!r}; create it first", entity=name) from None
+            if destination_kind not in ("queue", "topic"):
+                raise InvalidOperationError(f"{option} of {name!r} names {target!r}, a {destination_kind}: "
                                             "messages can be forwarded to a queue or a topic", entity=name)
 
     async def update_entity(self, name: str, changes: dict[str, Any], timeout: float) -> dict[str, Any]:
@@ -262,7 +262,7 @@ class Gateway:
         else:
             options = normalize_queue_options(changes, base=current["options"])
         self._check_features(name, options)
-        await self._check_forwarding(current["name"], options)
+        await self._check_forwarding(current["name"], kind, options)
         definition = {**current, "options": options, "updated_at": time.time()}
         await self.router.reach.everywhere(UpdateEntity(definition), deadline=time.monotonic() + timeout, entity=name)
         self.router.definitions.remember(definition)

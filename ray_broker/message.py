@@ -518,9 +518,10 @@ class ReceivedMessage:
     @property
     def amqp_parts(self) -> Mapping[str, Any]:
         """What an AMQP sender (through the namespace's AMQP front end) put in its message besides
-        the broker's fields, kept for the front end to send on as it came: `priority`,
-        `delivery_annotations` and `annotations` (the sender's own; encoded keys and values in
-        turn), `footer` (the encoded section). Empty for a message this client sent."""
+        the broker's fields, kept for the front end to send on as it came: `priority`, `durable`,
+        `creation_time` (ms since the epoch), `delivery_annotations` and `annotations` (the
+        sender's own; encoded keys and values in turn), `footer` (the encoded section). Empty for
+        a message this client sent."""
         return self._wire.get("amqp") or {}
 
     @property

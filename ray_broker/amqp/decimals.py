@@ -1,10 +1,15 @@
 """AMQP decimals (IEEE 754-2008 decimal32, decimal64 and decimal128, in the binary integer
 decimal encoding the AMQP spec names) to Python `decimal.Decimal` and back. Pure.
 
-Every decimal goes out as a decimal128 (34 digits hold every decimal32 and decimal64, and the
-Azure SDKs decode decimal128 alone).
+Every decimal goes out as a decimal128 (the Azure SDKs decode decimal128 alone), laid out as
+Service Bus writes one: a value a .NET decimal holds (a coefficient below 2**96, at most 28
+places after the point) has the upper bits of its biased exponent shifted by 9, not 7, into the
+first byte, which is where the Python SDK's reader looks for them (it reads the standard layout
+as an exponent out of range, and fails the whole receive). Other values, which Service Bus would
+not have taken, go out in the standard layout.
 
-    decode_decimal(encode_decimal128(Decimal("-12.50")), 128)  # Decimal('-12.50')
+    encode_decimal128(Decimal("-12.50")).hex()  # '8c3c00000000000000000000000004e2'
+    decode_decimal(standard_decimal128(Decimal("-12.50")), 128)  # Decimal('-12.50')
 """
 from __future__ import annotations
 
@@ -38,13 +43,37 @@ def decode_decimal(raw: bytes, width: int) -> Decimal:
     return Decimal((sign, tuple(int(d) for d in str(coefficient)), exponent - bias))
 
 
+_DOTNET_MAX_SCALE = 28
+"""The most places after the point a .NET decimal (what Service Bus holds) has."""
+_DOTNET_COEFFICIENT_LIMIT = 1 << 96
+"""A .NET decimal's coefficient is below this."""
+
+
 def encode_decimal128(value: Decimal) -> bytes:
-    """`value` as the 16 bytes of a decimal128; `ValueError` if it has none (see
-    `ray_broker.message.decimal_problem`)."""
+    """`value` as the 16 bytes of a decimal128 as Service Bus sends it (see the module's
+    docstring); `ValueError` if it has none (see `ray_broker.message.decimal_problem`)."""
+    sign, coefficient, exponent = _parts(value)
+    scale = max(0, -exponent)
+    whole = coefficient * 10 ** max(0, exponent)
+    if scale > _DOTNET_MAX_SCALE or whole >= _DOTNET_COEFFICIENT_LIMIT:
+        return standard_decimal128(value)
+    biased = _FORMATS[128][1] - scale
+    return bytes(((sign << 7) | (biased >> 9), (biased & 0x7F) << 1, 0, 0)) + whole.to_bytes(12, "big")
+
+
+def standard_decimal128(value: Decimal) -> bytes:
+    """`value` as the 16 bytes of a decimal128 in the AMQP spec's layout (as the SDKs send one);
+    `ValueError` if it has none."""
+    sign, coefficient, exponent = _parts(value)
+    return ((sign << 127) | ((exponent + _FORMATS[128][1]) << 113) | coefficient).to_bytes(16, "big")
+
+
+def _parts(value: Decimal) -> tuple[int, int, int]:
+    """A finite decimal's sign (1 negative), coefficient and exponent; `ValueError` for one no
+    decimal128 holds."""
     problem = decimal_problem(value)
     if problem:
         raise ValueError(problem)
     sign, digits, exponent = value.as_tuple()
     assert isinstance(exponent, int)
-    coefficient = int("".join(map(str, digits)))
-    return ((sign << 127) | ((exponent + _FORMATS[128][1]) << 113) | coefficient).to_bytes(16, "big")
+    return sign, int("".join(map(str, digits))), exponent

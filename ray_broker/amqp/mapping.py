@@ -6,11 +6,14 @@ kind (data, value or sequence) is kept: a data body is the broker message's body
 sequence body is kept as its encoded AMQP section(s) with `body_kind` in the message's fields, and
 goes out again as the same section.
 
-Outbound, a received message carries the annotations the SDKs read (`x-opt-sequence-number`,
-`x-opt-enqueued-time`, `x-opt-locked-until`, ...), its lock token travels as the delivery tag in
-.NET GUID byte order (the SDKs read `uuid.UUID(bytes_le=tag)`) and as the delivery annotation
-`x-opt-lock-token` (an empty delivery-annotations map for a message received and deleted), and the
-header's delivery count is the number of earlier deliveries.
+Outbound, a received message carries the annotations Service Bus sends (`x-opt-sequence-number`,
+`x-opt-enqueued-time`, `x-opt-locked-until`, ...; `x-opt-message-state` only for a deferred or
+scheduled message, `x-opt-enqueue-sequence-number` only for one whose sequence number changed
+since it was first enqueued), its header and properties as the sender set them (durable, creation
+time), its lock token travels as the delivery tag in .NET GUID byte order (the SDKs read
+`uuid.UUID(bytes_le=tag)`) and as the delivery annotation `x-opt-lock-token` (an empty tag and an
+empty delivery-annotations map for a message received and deleted), and the header's delivery
+count is the number of earlier deliveries.
 
 A data body keeps its sections (several, one, or none for a message without a body: the message's
 `body_sections`), and a message or correlation id its AMQP type (uuid, ulong or binary: the
@@ -36,6 +39,7 @@ from proton import symbol, timestamp, ulong
 from ..errors import InvalidArgumentError
 from ..message import Message as BrokerMessage
 from ..message import ReceivedMessage, envelope_from_wire, id_text
+from ..protocol import ACTIVE
 from .decoding import DescribedValue, Unkept, decode_value, encoded_items
 from .encoding import NULL, described_section, encode_list, encode_uint, encode_value, encoded_map
 
@@ -181,20 +185,25 @@ def message_fields(sections: list[Section]) -> dict[str, Any]:
     typed = {name: value for name, value in ids.items() if not isinstance(value, str)}
     if typed:
         wire["amqp_ids"] = typed
-    kept = _kept_parts(sections, header["priority"])
+    kept = _kept_parts(sections, header, properties)
     if kept:
         wire["amqp"] = kept
     return wire
 
 
-def _kept_parts(sections: list[Section], priority: Any) -> dict[str, Any]:
+def _kept_parts(sections: list[Section], header: dict[str, Any], properties: dict[str, Any]) -> dict[str, Any]:
     """What a message carries besides the broker's fields, kept as it came for the front end to
-    send on as Service Bus does: the header's priority, the delivery annotations, the message
-    annotations of the sender's own (not `x-opt-`, which Service Bus reserves) and the footer;
-    maps as their encoded keys and values in turn."""
+    send on as Service Bus does: the header's priority and durable flag, the properties' creation
+    time (ms since the epoch), the delivery annotations, the message annotations of the sender's
+    own (not `x-opt-`, which Service Bus reserves) and the footer; maps as their encoded keys and
+    values in turn."""
     kept: dict[str, Any] = {}
-    if priority is not None:
-        kept["priority"] = int(priority)
+    if header["priority"] is not None:
+        kept["priority"] = int(header["priority"])
+    if header["durable"] is not None:
+        kept["durable"] = bool(header["durable"])
+    if properties["creation_time"] is not None:
+        kept["creation_time"] = int(properties["creation_time"])
     for section in sections:
         if section.code == _DELIVERY_ANNOTATIONS and section.value:
             kept["delivery_annotations"] = _section_items(section)
@@ -267,9 +276,10 @@ def _property_in(key: Any, value: Any) -> Any:
 
 
 def delivery_tag(message: ReceivedMessage) -> bytes:
-    """The delivery tag of a locked message: its lock token in .NET GUID byte order."""
+    """The delivery tag of a message: its lock token in .NET GUID byte order when it is locked;
+    empty when it is not (received and deleted, its delivery settled), as Service Bus sends it."""
     token = message.lock_token
-    return token.bytes_le if token is not None else uuid.uuid4().bytes_le
+    return token.bytes_le if token is not None else b""
 
 
 def lock_token_of_tag(tag: bytes) -> uuid.UUID:
@@ -298,11 +308,11 @@ def encode_received(message: ReceivedMessage, *, peeked: bool = False) -> bytes:
     """A received (or peeked) broker message as an encoded AMQP message with the annotations the
     SDKs read."""
     count = message.delivery_count if peeked else max(0, message.delivery_count - 1)
-    annotations: dict[symbol, Any] = {
-        SEQUENCE_NUMBER: message.sequence_number,
-        ENQUEUED_SEQUENCE_NUMBER: message.enqueued_sequence_number,
-        MESSAGE_STATE: int(message.state),
-    }
+    annotations: dict[symbol, Any] = {SEQUENCE_NUMBER: message.sequence_number}
+    if message.enqueued_sequence_number != message.sequence_number:
+        annotations[ENQUEUED_SEQUENCE_NUMBER] = message.enqueued_sequence_number
+    if message.state != ACTIVE:
+        annotations[MESSAGE_STATE] = int(message.state)
     enqueued = message.enqueued_time_utc
     if enqueued is not None:
         annotations[ENQUEUED_TIME] = enqueued
@@ -315,13 +325,13 @@ def encode_received(message: ReceivedMessage, *, peeked: bool = False) -> bytes:
     if message.dead_letter_source is not None:
         annotations[DEAD_LETTER_SOURCE] = message.dead_letter_source
     kept = message.amqp_parts
-    sections = [_header(count, message.time_to_live, kept.get("priority"))]
+    sections = [_header(count, message.time_to_live, kept.get("priority"), kept.get("durable"))]
     delivery = [] if peeked else _items(_delivery_annotations(message))
     delivery += kept.get("delivery_annotations", [])
     if delivery or not peeked:
         sections.append(described_section(_DELIVERY_ANNOTATIONS, encoded_map(delivery)))
     sections.append(described_section(_ANNOTATIONS, encoded_map(_items(annotations) + kept.get("annotations", []))))
-    properties = _properties_out(message)
+    properties = _properties_out(message, kept.get("creation_time"))
     if properties:
         sections.append(described_section(_PROPERTIES, encode_list(properties)))
     application = dict(message.application_properties)
@@ -351,23 +361,28 @@ def _delivery_annotations(message: ReceivedMessage) -> dict[symbol, Any]:
     return {} if message.lock_token is None else {LOCK_TOKEN: message.lock_token}
 
 
-def _properties_out(message: ReceivedMessage) -> list[Any]:
-    """The fields of a message's properties section, without the trailing empty ones."""
+def _properties_out(message: ReceivedMessage, creation_time: int | None) -> list[Any]:
+    """The fields of a message's properties section (with the sender's `creation_time`, ms since
+    the epoch), without the trailing empty ones."""
     expires = message.expires_at_utc
     fields = [message_id_of(message), None, message.to, message.subject, message.reply_to,
               _id_out(message.amqp_id("correlation_id")),
               None if message.content_type is None else symbol(message.content_type), None,
-              expires if expires is not None and expires.year < 9999 else None, None, message.session_id, None,
+              expires if expires is not None and expires.year < 9999 else None,
+              None if creation_time is None else timestamp(creation_time), message.session_id, None,
               message.reply_to_session_id]
     while fields and fields[-1] is None:
         fields.pop()
     return fields
 
 
-def _header(delivery_count: int, ttl: timedelta | None, priority: int | None = None) -> bytes:
+def _header(delivery_count: int, ttl: timedelta | None, priority: int | None = None,
+            durable: bool | None = None) -> bytes:
     """An encoded header section that always carries its delivery count (the SDKs report none
-    when it is left out): durable, the sender's priority, the time to live in milliseconds, the count."""
+    when it is left out): the sender's durable flag and priority (unset when it set none, as
+    Service Bus sends them), the time to live in milliseconds, the count."""
     ttl_ms = NULL if ttl is None else encode_uint(min(int(ttl.total_seconds() * 1000), 0xFFFFFFFF))
     priority_field = NULL if priority is None else bytes((0x50, priority & 0xFF))
-    fields = b"\x41" + priority_field + ttl_ms + NULL + encode_uint(delivery_count)
+    durable_field = NULL if durable is None else (b"\x41" if durable else b"\x42")
+    fields = durable_field + priority_field + ttl_ms + NULL + encode_uint(delivery_count)
     return described_section(_HEADER, b"\xc0" + bytes((len(fields) + 1, 5)) + fields)

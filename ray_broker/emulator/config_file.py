@@ -357,23 +357,17 @@ def _unique(reader: _Reader, where: str, plural: str, names: list[str]) -> None:
 
 
 def _check_forwards(reader: _Reader, config: EmulatorConfig) -> None:
-    """A forward names a queue or topic of the file other than its own entity, and a session
-    entity forwards no messages (dead letters it may)."""
+    """A forward names a queue or topic of the file (a queue may name itself: the hop limit ends
+    the loop)."""
     targets = {e.name.lower() for e in (*config.queues, *config.topics)}
-    entities = [(f"queue {q.name!r}", q.name, q.options) for q in config.queues] + \
-        [(f"subscription {s.name!r} of topic {t.name!r}", f"{t.name}/subscriptions/{s.name}", s.options)
-         for t in config.topics for s in t.subscriptions]
+    entities = [(f"queue {q.name!r}", q.options) for q in config.queues] + \
+        [(f"subscription {s.name!r} of topic {t.name!r}", s.options) for t in config.topics for s in t.subscriptions]
     keys = {"forward_to": "ForwardTo", "forward_dead_lettered_messages_to": "ForwardDeadLetteredMessagesTo"}
-    for where, path, options in entities:
+    for where, options in entities:
         for option in FORWARD_OPTIONS:
             target = options.get(option)
             if target is None:
                 continue
-            if target.lower() == path.lower():
-                raise reader.refuse(where, f"{keys[option]} names the entity itself; name another queue or topic")
             if target.lower() not in targets:
                 raise reader.refuse(where, f"{keys[option]} names {target!r}, which is no queue or topic of the file; "
                                            "define it in the file, or leave the property \"\"")
-            if option == "forward_to" and options.get("requires_session"):
-                raise reader.refuse(where, "ForwardTo is refused with RequiresSession true: a session entity does not "
-                                           "auto-forward; leave ForwardTo \"\"")

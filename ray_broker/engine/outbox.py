@@ -47,7 +47,7 @@ def take(state: PartitionState, limit: int) -> Transfer | None:
             rows = state.queries.available(frag.entity_id, subq, 0, limit, None)
             if subq != DEAD_LETTER:
                 rows = state.screen(frag, rows, now)
-            rows = _within_hop_limit(state, frag, rows)
+            rows = _within_hop_limit(state, frag, subq, rows)
             if rows:
                 ids = [row.id for row in rows]
                 transfer_id = state.queries.add_transfer(frag.entity_id, subq, destination, ids, codec.packb(ids))
@@ -86,28 +86,34 @@ def _pending(state: PartitionState, transfer_id: int) -> tuple[Fragment, list[Me
     return frag, [state.queries.message_by_id(int(i)) for i in codec.unpackb(pending.rows)]
 
 
-def _within_hop_limit(state: PartitionState, frag: Fragment, rows: list[MessageRow]) -> list[MessageRow]:
-    """The rows whose messages may be forwarded once more; the others are dead-lettered (a run
-    whose messages differ is cut into single messages first)."""
+def _within_hop_limit(state: PartitionState, frag: Fragment, subq: int, rows: list[MessageRow]) -> list[MessageRow]:
+    """The rows of sub-queue `subq` whose messages may be forwarded once more; the others are
+    dead-lettered (a run whose messages differ is cut into single messages first)."""
     keep = []
     for row, payloads in zip(rows, messages.payloads(state.queries, rows)):
         over = [_hops(payload) >= MAX_TRANSFER_HOPS for payload in payloads]
         if not any(over):
             keep.append(row)
         elif all(over):
-            _dead_letter_hop_limit(state, frag, row)
+            _dead_letter_hop_limit(state, frag, subq, row)
         else:
             for piece, exceeded in zip(messages.cut(state.queries, row, range(1, row.span)), over):
                 if exceeded:
-                    _dead_letter_hop_limit(state, frag, piece)
+                    _dead_letter_hop_limit(state, frag, subq, piece)
                 else:
                     keep.append(piece)
     return keep
 
 
-def _dead_letter_hop_limit(state: PartitionState, frag: Fragment, row: MessageRow) -> None:
-    state.dead_letter(frag.key, row.id, row.span, HOP_LIMIT_REASON,
-                      f"The message was forwarded {MAX_TRANSFER_HOPS} times, the most allowed.")
+def _dead_letter_hop_limit(state: PartitionState, frag: Fragment, subq: int, row: MessageRow) -> None:
+    """Dead-letter a message forwarded `MAX_TRANSFER_HOPS` times: from the main queue to the
+    dead-letter queue; from a dead-letter queue that forwards (the dead-letter queue again would
+    take it again, forever) to the transfer dead-letter queue."""
+    description = f"The message was forwarded {MAX_TRANSFER_HOPS} times, the most allowed."
+    if subq == DEAD_LETTER:
+        state.queries.transfer_dead_letter([row.id], HOP_LIMIT_REASON, description)
+    else:
+        state.dead_letter(frag.key, row.id, row.span, HOP_LIMIT_REASON, description)
 
 
 def _hops(payload: bytes) -> int:

@@ -151,7 +151,9 @@ def test_receive_and_delete_takes_messages_without_locks(amqp_namespace: rb.Name
             sender.send_messages([ServiceBusMessage(f"gone {i}") for i in range(3)])
         with client.get_queue_receiver(queue, receive_mode=ServiceBusReceiveMode.RECEIVE_AND_DELETE,
                                        max_wait_time=WAIT_S) as receiver:
-            assert sorted(str(m) for m in receive(receiver, 3)) == ["gone 0", "gone 1", "gone 2"]
+            messages = receive(receiver, 3)
+            assert sorted(str(m) for m in messages) == ["gone 0", "gone 1", "gone 2"]
+            assert [m.message.delivery_tag for m in messages] == [None] * 3, "an empty tag, as Service Bus sends"
     assert_emptied(amqp_namespace, queue)
 
 

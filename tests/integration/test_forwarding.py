@@ -1,6 +1,7 @@
 """Auto-forwarding on a real Ray: destinations checked at create and update, keyed messages kept on
-the partition their key selects, a chain that dead-letters at the fifth hop, subscriptions and
-dead-letter queues forwarding, and a destination partition killed while messages wait."""
+the partition their key selects, a chain that dead-letters at the fifth hop, a queue forwarding to
+itself, a session-enabled queue forwarding, subscriptions and dead-letter queues forwarding, and a
+destination partition killed while messages wait."""
 from __future__ import annotations
 
 import pytest
@@ -18,12 +19,8 @@ def names(base: str, *suffixes: str) -> list[str]:
 def test_destinations_are_checked_at_create_and_update(namespace: rb.Namespace, queue_name: str) -> None:
     with pytest.raises(rb.errors.MessagingEntityNotFoundError, match="does not exist"):
         namespace.create_queue(queue_name, forward_to=f"{queue_name}-nowhere")
-    target, sessions = names(queue_name, "target", "sessions")
+    (target,) = names(queue_name, "target")
     namespace.create_queue(target)
-    with pytest.raises(rb.errors.InvalidOperationError, match="requires sessions"):
-        namespace.create_queue(sessions, requires_session=True, forward_to=target)
-    with pytest.raises(rb.errors.InvalidOperationError, match="itself"):
-        namespace.create_queue(queue_name, forward_to=queue_name.upper())
     namespace.create_queue(queue_name)
     with pytest.raises(rb.errors.MessagingEntityNotFoundError):
         namespace.update_queue(queue_name, forward_dead_lettered_messages_to=f"{queue_name}-nowhere")
@@ -61,6 +58,52 @@ def test_keyed_messages_keep_their_partition_and_a_chain_stops_at_the_fifth_hop(
     assert rb.partition_of(dead.sequence_number) == partition_for_key("far", 16)
     for name in chain:
         namespace.delete_queue(name)
+
+
+def test_a_queue_forwarding_to_itself_dead_letters_each_message_after_the_hops(namespace: rb.Namespace,
+                                                                               queue_name: str) -> None:
+    looping, both = names(queue_name, "loop", "both")
+    properties = namespace.create_queue(looping, enable_partitioning=True, forward_to=looping.upper())
+    assert properties.forward_to == looping.upper()
+    namespace.create_queue(both)
+    namespace.update_queue(both, forward_to=both, forward_dead_lettered_messages_to=both)
+    sent = [f"m{i}" for i in range(10)]
+    for name in (looping, both):
+        with namespace.get_queue_sender(name) as sender:
+            sender.send_messages([rb.Message(body, partition_key=body) for body in sent])
+    with namespace.get_queue_receiver(looping, sub_queue=rb.SubQueue.DEAD_LETTER, max_wait_time=15) as receiver:
+        dead = drain(receiver, expected=len(sent), wait=15)
+    assert sorted(m.body.decode() for m in dead) == sent
+    assert {m.dead_letter_reason for m in dead} == {"MaxTransferHopCountExceeded"}
+    with namespace.get_queue_receiver(both, sub_queue=rb.SubQueue.TRANSFER_DEAD_LETTER,
+                                      max_wait_time=15) as receiver:
+        dead = drain(receiver, expected=len(sent), wait=15)
+    assert sorted(m.body.decode() for m in dead) == sent, "its dead-letter queue cannot forward them once more"
+    assert {m.dead_letter_reason for m in dead} == {"MaxTransferHopCountExceeded"}
+    for name in (looping, both):
+        wait_until(lambda: namespace.get_queue_runtime_properties(name).total_message_count == 0, timeout=15)
+        assert namespace.get_queue_runtime_properties(name).size_in_bytes == 0, "nothing left looping"
+        namespace.delete_queue(name)
+
+
+def test_a_session_enabled_queue_forwards_each_message_with_its_session(namespace: rb.Namespace,
+                                                                        queue_name: str) -> None:
+    source, target = names(queue_name, "src", "dst")
+    namespace.create_queue(target, requires_session=True)
+    properties = namespace.create_queue(source, requires_session=True, enable_partitioning=True, forward_to=target)
+    assert (properties.requires_session, properties.forward_to) == (True, target)
+    with namespace.get_queue_sender(source) as sender:
+        sender.send_messages([rb.Message(f"{session}-{i}", session_id=session) for i in range(5)
+                              for session in ("s1", "s2")])
+    with pytest.raises(rb.errors.InvalidOperationError, match="forwards its messages"):
+        namespace.get_queue_receiver(source, session_id="s1").receive_messages(1, max_wait_time=1)
+    for session in ("s1", "s2"):
+        with namespace.get_queue_receiver(target, session_id=session, max_wait_time=15) as receiver:
+            arrived = drain(receiver, expected=5, wait=15)
+        assert [(m.body.decode(), m.session_id) for m in arrived] == [(f"{session}-{i}", session) for i in range(5)]
+    wait_until(lambda: namespace.get_queue_runtime_properties(source).total_message_count == 0, timeout=15)
+    namespace.delete_queue(source)
+    namespace.delete_queue(target)
 
 
 def test_subscriptions_and_dead_letter_queues_forward(namespace: rb.Namespace, queue_name: str) -> None:

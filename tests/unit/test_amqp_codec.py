@@ -110,8 +110,19 @@ def test_decimals_of_every_width_decode_to_python_decimals(width: int, raw: int,
     assert value == expected and str(value) == str(expected) and end == 1 + width // 8
 
 
-@pytest.mark.parametrize("value", ["0", "1", "-12.50", "1E+10", "-0.000001", "1234567890123456789012345678901234"])
-def test_decimals_go_out_as_decimal128_as_the_sdk_writes_them(value: str) -> None:
+@pytest.mark.parametrize("value, read", [("0", "0"), ("1", "1"), ("-12.50", "-12.50"), ("1E+3", "1000"),
+                                         ("-0.000001", "-0.000001"), ("4294967295", "4294967295"),
+                                         ("1E-28", "1E-28")])
+def test_decimals_go_out_as_service_bus_writes_them_and_the_sdk_reads_them_back(value: str, read: str) -> None:
+    from azure.servicebus._pyamqp._decode import _decode_decimal128 as sdk_reading
+
+    encoded = encode_value(Decimal(value))
+    assert encoded[0] == 0x94 and str(sdk_reading(memoryview(encoded[1:]))[1]) == read, "a .NET decimal's form"
+
+
+@pytest.mark.parametrize("value", ["1234567890123456789012345678901234", "1E-29",
+                                   "-0.9999999999999999999999999999999999"])
+def test_decimals_no_service_bus_holds_go_out_in_the_standard_layout(value: str) -> None:
     from azure.servicebus._pyamqp._encode import encode_decimal128 as sdk_encoding
 
     written = bytearray()

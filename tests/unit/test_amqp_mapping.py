@@ -108,7 +108,7 @@ def test_a_received_message_carries_what_the_sdk_reads() -> None:
     message = received(wire, dead_letter_source="orders")
     out = decode_payload(memoryview(encode_received(message)))
     assert out.data == [b"hello"]
-    assert out.header.delivery_count == 0 and out.header.durable and out.header.ttl == 60000
+    assert out.header.delivery_count == 0 and out.header.durable is None and out.header.ttl == 60000
     assert (out.properties.message_id, out.properties.correlation_id, out.properties.content_type) == \
         (b"m", b"c", b"text/plain")
     assert out.application_properties == {b"n": 1, b"DeadLetterReason": b"why",
@@ -119,6 +119,25 @@ def test_a_received_message_carries_what_the_sdk_reads() -> None:
     assert annotations[b"x-opt-locked-until"] == int(message.locked_until * 1000)
     assert annotations[b"x-opt-enqueued-time"] == int(message.enqueued_time_utc.timestamp() * 1000)
     assert annotations[b"x-opt-deadletter-source"] == b"orders"
+
+
+def test_a_received_message_has_the_annotations_header_and_properties_service_bus_gives_it() -> None:
+    sent = ServiceBusMessage("hello", message_id="m", partition_key="k", time_to_live=timedelta(seconds=30))
+    [envelope] = decode_transfer(sdk_payload(sent))
+    out = decode_payload(memoryview(encode_received(received(fields(envelope)))))
+    assert set(out.message_annotations) == {b"x-opt-sequence-number", b"x-opt-enqueued-time", b"x-opt-locked-until",
+                                            b"x-opt-partition-key"}
+    assert out.header.durable is None, "as the sender left it"
+    assert out.properties.creation_time == sent.raw_amqp_message.properties.creation_time
+    raw = sent.raw_amqp_message
+    raw.header.durable = False
+    [envelope] = decode_transfer(sdk_payload(raw))
+    moved = received(fields(envelope), state=1, enqueued_sequence_number=5)
+    out = decode_payload(memoryview(encode_received(moved)))
+    assert out.header.durable is False
+    annotations = out.message_annotations
+    assert (annotations[b"x-opt-message-state"], annotations[b"x-opt-enqueue-sequence-number"]) == (1, 5), \
+        "a deferred message, first enqueued with another sequence number"
 
 
 def test_a_peeked_message_has_no_lock_and_its_full_delivery_count() -> None:
@@ -138,6 +157,10 @@ def test_the_delivery_tag_is_the_lock_token_in_dotnet_byte_order() -> None:
     message = received({"body": b"x"})
     tag = delivery_tag(message)
     assert uuid.UUID(bytes_le=tag) == message.lock_token == lock_token_of_tag(tag)
+
+
+def test_a_message_received_and_deleted_has_an_empty_delivery_tag() -> None:
+    assert delivery_tag(received({"body": b"x"}, lock_token=None)) == b""
 
 
 @pytest.mark.parametrize("sent, text", [
@@ -203,18 +226,15 @@ def test_delivery_annotations_carry_the_lock_token_of_a_locked_message_only() ->
 def test_decimal_application_properties_are_carried() -> None:
     from decimal import Decimal
 
-    from ray_broker.amqp.decoding import decode_value
-
     sent = {"price": Decimal("12.50"), "tiny": Decimal("-1E-20")}
     [envelope] = decode_transfer(sdk_payload(ServiceBusMessage("x", application_properties=sent)))
     wire = fields(envelope)
     assert wire["application_properties"] == sent
     message = received(wire)
     assert message.application_properties == sent
-    [section] = [s for s in split_sections(encode_received(message)) if s.code == 0x74]
-    out = decode_value(section.raw, 3)[0]
-    assert {str(k): (type(v), str(v)) for k, v in out.items()} == {"price": (Decimal, "12.50"),
-                                                                   "tiny": (Decimal, "-1E-20")}
+    out = decode_payload(memoryview(encode_received(message))).application_properties
+    assert {k.decode(): (type(v), str(v)) for k, v in out.items()} == {"price": (Decimal, "12.50"),
+                                                                       "tiny": (Decimal, "-1E-20")}
 
 
 def test_the_senders_priority_annotations_delivery_annotations_and_footer_go_out_as_they_came() -> None:

@@ -83,6 +83,14 @@ def test_left_out_properties_take_the_emulators_defaults() -> None:
     assert config.topics[0].subscriptions[2].options["default_message_time_to_live"] == timedelta(hours=1)
 
 
+def test_a_queue_may_forward_to_itself_and_a_session_entity_may_forward() -> None:
+    config = parse_config(document(queues=[{"Name": "q", "Properties": {"ForwardTo": "Q",
+                                                                         "ForwardDeadLetteredMessagesTo": "q"}},
+                                           {"Name": "s", "Properties": {"ForwardTo": "q", "RequiresSession": True}}]))
+    assert [(q.options["forward_to"], q.options["forward_dead_lettered_messages_to"]) for q in config.queues] == [
+        ("Q", "q"), ("q", None)]
+
+
 def test_a_file_without_logging_queues_or_topics_is_an_empty_namespace() -> None:
     config = parse_config({"UserConfig": {"Namespaces": [{"Name": "dev"}]}})
     assert (config.namespace, config.queues, config.topics, config.logging) == ("dev", (), (), ("File",))
@@ -173,10 +181,9 @@ def test_a_missing_file_is_one_line(tmp_path: Path) -> None:
      "topic 't': two subscriptions are named 'S'"),
     (document(queues=[{"Name": "q", "Properties": {"ForwardTo": "elsewhere"}}]),
      "queue 'q': ForwardTo names 'elsewhere', which is no queue or topic of the file"),
-    (document(queues=[{"Name": "q", "Properties": {"ForwardDeadLetteredMessagesTo": "q"}}]),
-     "queue 'q': ForwardDeadLetteredMessagesTo names the entity itself"),
-    (document(queues=[{"Name": "q", "Properties": {"ForwardTo": "r", "RequiresSession": True}}, {"Name": "r"}]),
-     "queue 'q': ForwardTo is refused with RequiresSession true"),
+    (document(topics=[{"Name": "t", "Subscriptions": [{"Name": "s",
+                                                       "Properties": {"ForwardTo": "t/subscriptions/s"}}]}]),
+     "subscription 's' of topic 't': ForwardTo names 't/subscriptions/s', which is no queue or topic of the file"),
     ({"UserConfig": {"Namespaces": [{"Name": "sbemulatorns", "Queues": {"Name": "q"}}]}},
      "'Queues': must be a JSON array, got an object"),
 ])

@@ -143,3 +143,33 @@ def test_deleting_a_source_forgets_its_transfers(source: Broker) -> None:
     assert source.engine.forwards()
     source.engine.delete_entity("other")
     assert not source.engine.forwards()
+
+
+def test_a_queue_forwarding_to_itself_dead_letters_each_message_after_four_hops(broker: Broker) -> None:
+    broker.create_queue("loop", forward_to="loop")
+    broker.send("loop", "a", "b")
+    rounds = 0
+    while (transfer := broker.engine.take_transfer(10)) is not None:
+        rounds += 1
+        assert rounds <= 4 and transfer["destination"] == "loop"
+        broker.engine.send("loop", transfer["envelopes"])
+        broker.engine.transfer_done(transfer["id"])
+    assert rounds == 4
+    dead = broker.receive("loop", subq=DEAD_LETTER)
+    assert [(m.body, m.dead_letter_reason) for m in dead] == [(b"a", HOP_LIMIT_REASON), (b"b", HOP_LIMIT_REASON)]
+    assert counts(broker, "loop") == {"active": 0, "transfer": 0, "dead_letter": 2, "transfer_dead_letter": 0}
+
+
+def test_a_dead_lettered_message_past_the_hop_limit_goes_to_the_transfer_dead_letter_queue(broker: Broker) -> None:
+    broker.create_queue("q", forward_dead_lettered_messages_to="sink")
+    wire = Message("worn").to_wire()
+    wire[TRANSFER_HOPS_FIELD] = 4
+    payload = codec.packb(wire)
+    broker.engine.send("q", [{"payload": payload, "size": len(payload)}])
+    (message,) = broker.receive("q")
+    broker.settle("q", "dead_letter", message, reason="poison")
+    assert broker.engine.take_transfer(10) is None, "it cannot be forwarded again"
+    assert broker.engine.take_transfer(10) is None
+    (dead,) = broker.receive("q", subq=TRANSFER_DEAD_LETTER)
+    assert (dead.body, dead.dead_letter_reason) == (b"worn", HOP_LIMIT_REASON)
+    assert counts(broker, "q") == {"active": 0, "transfer": 0, "dead_letter": 0, "transfer_dead_letter": 1}
