@@ -363,8 +363,13 @@ def _delivery_annotations(message: ReceivedMessage) -> dict[symbol, Any]:
 
 def _properties_out(message: ReceivedMessage, creation_time: int | None) -> list[Any]:
     """The fields of a message's properties section (with the sender's `creation_time`, ms since
-    the epoch), without the trailing empty ones."""
+    the epoch), without the trailing empty ones. With the sender's creation time, the expiry is
+    restated from it, the message's lifetime kept (the SDKs read a time to live as the expiry
+    less the creation time)."""
     expires = message.expires_at_utc
+    enqueued = message.enqueued_time_utc
+    if creation_time is not None and expires is not None and expires.year < 9999 and enqueued is not None:
+        expires = datetime.fromtimestamp(creation_time / 1000, timezone.utc) + (expires - enqueued)
     fields = [message_id_of(message), None, message.to, message.subject, message.reply_to,
               _id_out(message.amqp_id("correlation_id")),
               None if message.content_type is None else symbol(message.content_type), None,
