@@ -20,6 +20,7 @@ import functools
 import string
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
+from decimal import Decimal
 from typing import Any, Mapping, TypeVar
 
 from hypothesis import strategies as st
@@ -248,16 +249,19 @@ def property_values() -> st.SearchStrategy[Arg]:
         tag(st.none(), Verdict.VALID, "None"),
         tag(datetimes_any(), Verdict.VALID, "datetime"),
         tag(st.uuids(), Verdict.VALID, "UUID"),
+        tag(st.decimals(min_value=-10**20, max_value=10**20, places=6), Verdict.VALID, "Decimal (a decimal128)"),
     )
     edge = tag(st.sampled_from(list(Level) + list(Colour)), Verdict.EDGE, "subclass of int or str")
     invalid = st.one_of(
         tag(st.one_of(st.integers(max_value=INT64_MIN - 1), st.integers(min_value=INT64_MAX + 1)),
             Verdict.INVALID, "int beyond 64 bits"),
         tag(NOT_UNICODE, Verdict.INVALID, "str not valid Unicode"),
+        tag(st.sampled_from([Decimal("NaN"), Decimal("Infinity"), Decimal("1" * 35), Decimal("1E+6112")]),
+            Verdict.INVALID, "Decimal no decimal128 holds"),
         tag(st.one_of(st.lists(st.integers(), max_size=2), st.tuples(st.integers()),
                       st.dictionaries(st.text(max_size=2), st.integers(), max_size=1),
                       st.frozensets(st.integers(), max_size=2), st.binary(max_size=4).map(bytearray),
-                      st.decimals(allow_nan=False), st.complex_numbers(), st.dates(), st.times(),
+                      st.complex_numbers(), st.dates(), st.times(),
                       st.timedeltas(), st.just(object()), st.just(rb.Message(b"nested"))),
             Verdict.INVALID, "unsupported type"),
     )

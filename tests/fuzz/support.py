@@ -15,6 +15,7 @@ import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
+from decimal import Decimal
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import ray
@@ -108,8 +109,8 @@ def expect(verdict: Verdict, call: Callable[[], Any], what: str,
 # ---------------------------------------------------------------------- message comparison
 
 def same_value(want: Any, got: Any) -> bool:
-    """Equality that also checks the type (bool is not int), NaN and the sign of zero, and a
-    datetime's wall-clock time and offset (naive stays naive)."""
+    """Equality that also checks the type (bool is not int), NaN and the sign of zero, a
+    datetime's wall-clock time and offset (naive stays naive), and a decimal's digits and exponent."""
     if want is None or isinstance(want, bool):
         return type(got) is type(want) and got == want
     if isinstance(want, int):
@@ -123,6 +124,8 @@ def same_value(want: Any, got: Any) -> bool:
     if isinstance(want, datetime):
         return (isinstance(got, datetime) and got.replace(tzinfo=None) == want.replace(tzinfo=None)
                 and got.utcoffset() == want.utcoffset())
+    if isinstance(want, Decimal):
+        return type(got) is Decimal and got.as_tuple() == want.as_tuple()
     for kind in (str, bytes, uuid.UUID):
         if isinstance(want, kind):
             return isinstance(got, kind) and got == want
