@@ -14,7 +14,15 @@ from __future__ import annotations
 from typing import Any, Callable, NamedTuple, Sequence, Union
 
 from .errors import InvalidOperationError
-from .wire import HeldSession, Settlement, TransactionOperation, decode, encode
+from .wire import (
+    HeldSession,
+    Settlement,
+    TransactionOperation,
+    decode,
+    encode,
+    settlements_from_wire,
+    settlements_to_wire,
+)
 
 
 # ---------------------------------------------------------------------------- requests
@@ -244,14 +252,6 @@ def _listed(session: HeldSession | None) -> list[Any] | None:
     return None if session is None else list(session)
 
 
-def _settlements(fields: Sequence[Sequence[Any]]) -> list[Settlement]:
-    return [Settlement(*f) for f in fields]
-
-
-def _listed_settlements(settlements: Sequence[Settlement]) -> list[list[Any]]:
-    return [list(s) for s in settlements]
-
-
 def _listed_tag(producer: tuple[str, int] | None) -> list[Any] | None:
     return None if producer is None else list(producer)
 
@@ -262,14 +262,14 @@ def _tag(value: Sequence[Any] | None) -> tuple[str, int] | None:
 
 _FIELD_ENCODERS: dict[str, Callable[[Any], Any]] = {
     "session": _listed,
-    "settlements": _listed_settlements,
+    "settlements": settlements_to_wire,
     "operations": lambda operations: [encode(op) for op in operations],
     "producer": _listed_tag,
     "batches": lambda batches: [[envelopes, _listed_tag(producer)] for envelopes, producer in batches],
 }
 _FIELD_DECODERS: dict[str, Callable[[Any], Any]] = {
     "session": _held,
-    "settlements": _settlements,
+    "settlements": settlements_from_wire,
     "operations": lambda operations: [decode(op) for op in operations],
     "producer": _tag,
     "batches": lambda batches: [(envelopes, _tag(producer)) for envelopes, producer in batches],

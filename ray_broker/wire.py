@@ -335,7 +335,13 @@ def _session_ref(fields: Sequence[Any] | None) -> SessionRef | None:
     return None if fields is None else SessionRef(fields[0], fields[1])
 
 
-def _settlements(fields: Sequence[Sequence[Any]]) -> list[Settlement]:
+def settlements_to_wire(settlements: Sequence[Settlement]) -> list[list[Any]]:
+    """Settlements as they cross Ray: each a list (partition and router requests carry them so)."""
+    return [list(s) for s in settlements]
+
+
+def settlements_from_wire(fields: Sequence[Sequence[Any]]) -> list[Settlement]:
+    """The settlements `settlements_to_wire` gave `fields` for, typed again."""
     return [Settlement._make(s) for s in fields]
 
 
@@ -348,12 +354,12 @@ def _decode_send(f: Sequence[Any]) -> Send:
 
 
 def _encode_settle(r: Settle) -> list[Any]:
-    return [Settle.OPERATION, r.entity, r.subq, [list(s) for s in r.settlements],
+    return [Settle.OPERATION, r.entity, r.subq, settlements_to_wire(r.settlements),
             None if r.session is None else list(r.session)]
 
 
 def _decode_settle(f: Sequence[Any]) -> Settle:
-    return Settle(f[1], f[2], _settlements(f[3]), _session_ref(f[4]))
+    return Settle(f[1], f[2], settlements_from_wire(f[3]), _session_ref(f[4]))
 
 
 def _encode_receive(r: Receive) -> list[Any]:
