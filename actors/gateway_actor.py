@@ -21,6 +21,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from ray_broker.auto_delete import idle_entities, last_use, watched
 from ray_broker.callers import Token, caller_gone_async
 from ray_broker.config import RAY_NAMESPACE, NamespaceConfig, spread_node
+from ray_broker.engine.in_sync import InSync
 from ray_broker.entities import (
     IMMUTABLE_QUEUE_OPTIONS,
     IMMUTABLE_SUBSCRIPTION_OPTIONS,
@@ -95,7 +96,7 @@ class Gateway:
             "list_entities": self.list_entities, "add_rule": self.add_rule, "update_rule": self.update_rule,
             "remove_rule": self.remove_rule, "runtime": self.runtime, "list_sessions": self.list_sessions,
             "routing_table": self.routing_table, "partition_failed": self.partition_failed,
-            "partition_unreachable": self.partition_unreachable,
+            "partition_unreachable": self.partition_unreachable, "drop_from_in_sync": self.drop_from_in_sync,
             "shared_access_keys": self.keys.listed, "add_shared_access_key": self.keys.add,
             "remove_shared_access_key": self.keys.remove, "delete_idle_entities": self.delete_idle_entities,
         }
@@ -125,6 +126,15 @@ class Gateway:
             except PartitionUnavailable:
                 pass
         return self.handles.table().encode()
+
+    async def drop_from_in_sync(self, index: int, proposal: list[Any]) -> str | None:
+        """The leader of partition `index` asks to acknowledge without the followers its smaller
+        in-sync set `proposal` (an `InSync`, encoded) leaves out: None once recorded, else why not."""
+        self._check_partition(index)
+        if not isinstance(self.handles, ReplicaSets) or not self.config.in_sync_set:
+            raise InvalidOperationError(f"this gateway of namespace {self.config.name!r} keeps no in-sync "
+                                        "sets: the first gateway of a namespace with min_in_sync below a majority does")
+        return await self.handles.drop_from_in_sync(index, InSync.decode(proposal))
 
     def _check_partition(self, index: int) -> None:
         """`InvalidOperationError` unless partition `index` exists in this namespace."""

@@ -10,6 +10,11 @@ longer get a change held), and once a majority is fenced it tells the one holdin
 the new leader has them all. With fewer replicas reachable than a majority the partition has no
 leader: its keyed calls fail with `PartitionUnavailableError` in their timeout and unkeyed sends go
 elsewhere, as when a partition is down. Other gateways take the table from this one.
+
+With an in-sync set (`engine.in_sync`: `min_in_sync` below a majority) the gateway also records
+each partition's set: the one an epoch begins with, each drop a leader asks for before it
+acknowledges without a follower (`drop_from_in_sync`, refused once an election began fencing),
+and each member its leader added back (read with every check). Only a member may then lead.
 """
 from __future__ import annotations
 
@@ -18,7 +23,8 @@ import logging
 from typing import Any, Callable
 
 from ray_broker.config import NamespaceConfig, displaced
-from ray_broker.engine.election import Keep, NoQuorum, choose, known_epoch, sitting_leader
+from ray_broker.engine.election import Keep, Lead, NoQuorum, choose, choose_in_sync, known_epoch, sitting_leader
+from ray_broker.engine.in_sync import InSync, accepts_drop
 from ray_broker.replies import ReplicaState, RoutingTable
 from ray_broker.routing.channel import PartitionUnavailable
 from ray_broker.routing.ray_channel import TableHandles
@@ -58,6 +64,10 @@ class ReplicaSets:
         self._handles: dict[tuple[int, int], Any] = {}
         self._ready = False
         self._missed = [0] * config.partition_count
+        self.in_sync: list[InSync | None] = [None] * config.partition_count
+        """With an in-sync set, each partition's as recorded here (None: not known)."""
+        self._fencing = [0] * config.partition_count
+        """The epoch each partition's last election fenced its replicas at."""
 
     def replica(self, index: int, replica: int) -> Any:
         """Replica `replica` of partition `index` (created from its store if it does not exist)."""
@@ -102,6 +112,27 @@ class ReplicaSets:
                 return
         await self.elect(index, deposing=leader)
 
+    async def drop_from_in_sync(self, index: int, proposal: InSync) -> str | None:
+        """Record the leader's smaller in-sync set `proposal` for partition `index`, or say why not
+        (`accepts_drop`; an election fencing the replicas at a newer epoch refuses every drop of
+        the one before)."""
+        await self.ready()
+        epoch = self.epochs[index] if self._fencing[index] <= self.epochs[index] else self._fencing[index]
+        refusal = accepts_drop(self.in_sync[index], epoch, proposal, self.config.required_copies)
+        if refusal is None:
+            logger.warning("partition %d of namespace %r: replicas %s are out of sync; its in-sync set is now %s",
+                           index, self.config.name, sorted(set(self.in_sync[index].members) - set(proposal.members))
+                           if self.in_sync[index] else "?", list(proposal.members))
+            self.in_sync[index] = proposal
+        return refusal
+
+    def _learn_in_sync(self, index: int, reported: InSync | None) -> None:
+        """Take a leader's in-sync set for partition `index` when it is newer than the one recorded
+        and of the partition's current epoch (a member added back)."""
+        if (reported is not None and reported.epoch == self.epochs[index] and self._fencing[index] <= reported.epoch
+                and reported.newer(self.in_sync[index])):
+            self.in_sync[index] = reported
+
     def table(self) -> RoutingTable:
         """The routing table: each partition's leader (None while it has none) and epoch."""
         return RoutingTable([None if r is None else self.replica(k, r) for k, r in enumerate(self.leaders)],
@@ -136,7 +167,13 @@ class ReplicaSets:
             await self.elect(index)
             return
         try:
-            leading = await asyncio.wait_for(self.replica(index, leader).leads.remote(), CHECK_TIMEOUT_S)
+            handle = self.replica(index, leader)
+            if self.config.in_sync_set:
+                leading, in_sync = await asyncio.wait_for(handle.in_sync_state.remote(), CHECK_TIMEOUT_S)
+                if leading == epoch:
+                    self._learn_in_sync(index, None if in_sync is None else InSync.decode(in_sync))
+            else:
+                leading = await asyncio.wait_for(handle.leads.remote(), CHECK_TIMEOUT_S)
             missed = 0 if leading == epoch else MISSED_CHECKS  # another epoch's leader, or none: at once
         except asyncio.TimeoutError:  # a slow answer is a missed check
             missed = self._missed[index] + 1
@@ -164,21 +201,25 @@ class ReplicaSets:
                 sitting = sitting_leader(answers, known)
                 if isinstance(sitting, Keep):
                     self.leaders[index], self.epochs[index] = sitting.replica, sitting.epoch
+                    self._learn_in_sync(index, answers[sitting.replica].in_sync)
                     return
             else:
                 known = self.epochs[index]
+            self._fencing[index] = known + 1
             fenced = await self._states(index, replicas, known + 1)
-            decision = choose(fenced, replicas, self.config.required_copies, known + 1)
+            decision = self._choose(index, fenced, known + 1)
             if isinstance(decision, NoQuorum):
-                logger.warning("partition %d of namespace %r has no leader: %d of its %d replicas answer, %d needed",
-                               index, self.config.name, decision.answered, self.config.replicas, decision.required)
+                logger.warning("partition %d of namespace %r has no leader: %d of its %d replicas answer, %d needed%s",
+                               index, self.config.name, decision.answered, self.config.replicas, decision.required,
+                               " of its in-sync set" if self.config.in_sync_set and self.in_sync[index] else "")
                 self.leaders[index] = None
                 return
             chosen, epoch = decision.chosen, decision.epoch
             try:
                 states = {r: fenced[r].encode() for r in decision.followers if r in fenced}
+                in_sync = None if decision.in_sync is None else decision.in_sync.encode()
                 await asyncio.wait_for(self.replica(index, chosen).lead.remote(epoch, list(decision.followers),
-                                                                                 states), LEAD_TIMEOUT_S)
+                                                                                 states, in_sync), LEAD_TIMEOUT_S)
             except Exception:  # noqa: BLE001 - no leader this time; the next report elects again
                 logger.warning("replica %d of partition %d of namespace %r did not take the lead of epoch %d",
                                chosen, index, self.config.name, epoch, exc_info=True)
@@ -187,15 +228,34 @@ class ReplicaSets:
             logger.info("replica %d leads partition %d of namespace %r in epoch %d", chosen, index,
                         self.config.name, epoch)
             self.leaders[index], self.epochs[index] = chosen, epoch
+            self.in_sync[index] = decision.in_sync
+
+    def _choose(self, index: int, fenced: dict[int, ReplicaState], epoch: int) -> Lead | NoQuorum:
+        """Who leads `epoch` of partition `index`, by the states of the replicas `fenced` at it."""
+        replicas = range(self.config.replicas)
+        if self.config.in_sync_set:
+            return choose_in_sync(fenced, replicas, self.in_sync[index], self.config.required_copies, epoch)
+        return choose(fenced, replicas, self.config.majority, epoch)
+
+    def _fenced_enough(self, index: int, states: dict[int, ReplicaState]) -> bool:
+        """Whether the replicas of partition `index` fenced so far (`states`) settle the election:
+        a majority; with an in-sync set, every member of it (when known), else every replica but
+        `min_in_sync - 1`."""
+        if not self.config.in_sync_set:
+            return len(states) >= self.config.majority
+        known = self.in_sync[index]
+        if known is None:
+            return len(states) >= self.config.replicas - self.config.required_copies + 1
+        return set(known.members) <= set(states)
 
     async def _states(self, index: int, replicas: range, fence: int | None) -> dict[int, ReplicaState]:
         """The replicas' states (fenced at `fence` first, when given), of those that answer; a
-        fencing round ends as soon as a majority is fenced (any majority holds every acknowledged
-        change), so a replica that hangs does not hold the election up."""
+        fencing round ends as soon as enough are fenced (`_fenced_enough`: a majority holds every
+        acknowledged change), so a replica that hangs does not hold the election up."""
         tasks = {asyncio.ensure_future(self._state(index, r, fence)): r for r in replicas}
         states: dict[int, ReplicaState] = {}
         pending = set(tasks)
-        while pending and (fence is None or len(states) < self.config.required_copies):
+        while pending and (fence is None or not self._fenced_enough(index, states)):
             done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
             for task in done:
                 if task.result() is not None:

@@ -34,6 +34,7 @@ from ray_broker.callers import Token
 from ray_broker.clock import OffsetClock
 from ray_broker.config import NODE_DATA_DIR_ENV, NamespaceConfig
 from ray_broker.engine.group_commit import Group, GroupCommitter
+from ray_broker.engine.in_sync import InSync
 from ray_broker.engine.operations import operation
 from ray_broker.engine.partition import PartitionEngine
 from ray_broker.engine.store import CommitTimes, Store
@@ -271,6 +272,14 @@ class PartitionActor:
         thread of its own, without the lock, so that a long commit does not read as a failure)."""
         return self._replicated().leading
 
+    @ray.method(concurrency_group="health")
+    def in_sync_state(self) -> list[Any]:
+        """The epoch this replica leads (or None) and, leading with an in-sync set, the set
+        (`InSync`, encoded; else None): the control plane's health check with an in-sync set."""
+        replica = self._replicated()
+        leading, in_sync = replica.leading, replica.in_sync
+        return [leading, None if leading is None or in_sync is None else in_sync.encode()]
+
     @ray.method(concurrency_group="replication")
     def fence(self, epoch: int) -> dict[str, Any]:
         """Refuse changes from epochs older than `epoch` (stepping down if this replica led an
@@ -282,13 +291,15 @@ class PartitionActor:
             return replica.state().encode()
 
     @ray.method(concurrency_group="replication")
-    def lead(self, epoch: int, followers: list[int], states: dict[int, dict[str, Any]]) -> None:
+    def lead(self, epoch: int, followers: list[int], states: dict[int, dict[str, Any]],
+             in_sync: list[Any] | None = None) -> None:
         """Lead the partition in `epoch` with `followers` (the control plane fenced the replicas at
-        it, read their `states`, encoded `ReplicaState`s, and chose this one): build the engine
-        from the store and serve."""
+        it, read their `states`, encoded `ReplicaState`s, and chose this one), and with an in-sync
+        set, `in_sync` (encoded): build the engine from the store and serve."""
         replica = self._replicated()
         with self._lock:
-            replica.lead(epoch, followers, {r: ReplicaState.decode(s) for r, s in states.items()})
+            replica.lead(epoch, followers, {r: ReplicaState.decode(s) for r, s in states.items()},
+                         None if in_sync is None else InSync.decode(in_sync))
             self._serve()
             self._serving()[1].took_the_lead()
             self._notify()

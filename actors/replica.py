@@ -7,7 +7,9 @@ from an epoch older than the one it was last fenced at. The gateway that decides
 changes and tells it to lead: it begins the epoch in its store, finds where each follower's
 changes agree with its own (`engine.replication.divergence`), and from then on ships every commit
 (`ship`) before the callers whose work it holds are answered: a change counts once a majority of
-the replicas hold it (`NamespaceConfig.required_copies`). A leader that cannot reach enough
+the replicas hold it (`NamespaceConfig.required_copies`), or with an in-sync set (`engine.in_sync`)
+once each member holds it; a member a change waits on for `IN_SYNC_LAG_S` is dropped from the set,
+the deciding gateway recording it first (`_drop_lagging`), and one that caught up is added back. A leader that cannot reach enough
 followers within `SHIP_TIMEOUT_S`, or that a follower tells of a newer epoch, acknowledges
 nothing: its callers get `NotLeaderError` and find the leader anew.
 
@@ -30,6 +32,7 @@ from ray_broker.codec import packb, unpackb
 from ray_broker.config import RAY_NAMESPACE, NamespaceConfig
 from ray_broker.engine.change_log import ChangeLog
 from ray_broker.engine.changes import Change
+from ray_broker.engine.in_sync import IN_SYNC_LAG_S, InSync
 from ray_broker.engine.intake import Intake
 from ray_broker.engine.pieces import split
 from ray_broker.engine.replication import begin_epoch, divergence
@@ -51,6 +54,8 @@ SHIP_TIMEOUT_S = 5.0
 with `NotLeaderError` (it may have lost its followers, or its own place)."""
 PUMP_LOG_EVERY = 200
 """A replication pump failing pass after pass logs the first failure and then every this many."""
+DROP_TIMEOUT_S = 2.0
+"""How long a leader waits for the deciding gateway to record a follower dropped from its in-sync set."""
 SHIPMENT_TIMEOUT_S = 10.0
 """How long a shipment may go unanswered before its follower counts as out of reach (a whole copy
 of a large store takes seconds, so this is longer than `SHIP_TIMEOUT_S`)."""
@@ -81,11 +86,12 @@ class Flight:
     sent: float
 
 
-def replica_state(store: Store, followed: int, leading: int | None) -> ReplicaState:
+def replica_state(store: Store, followed: int, leading: int | None, in_sync: InSync | None = None) -> ReplicaState:
     """What a replica tells the control plane and its leader: its store's epoch, position and
-    epoch history, the epoch it follows (the highest it was fenced at) and the epoch it leads (or None)."""
+    epoch history, the epoch it follows (the highest it was fenced at), the epoch it leads (or
+    None) and, leading, its in-sync set (if it keeps one)."""
     epoch, position = store.replication_position
-    return ReplicaState(epoch, position, tuple(store.epoch_history()), followed, leading)
+    return ReplicaState(epoch, position, tuple(store.epoch_history()), followed, leading, in_sync=in_sync)
 
 
 class Replica:
@@ -122,13 +128,18 @@ class Replica:
         followers' answers themselves and the pump keeps out of their way."""
         self.intake = Intake(store)
         """The leader's changes this replica holds in memory, answered, until `write_held`."""
+        self.in_sync: InSync | None = None
+        """Leading with an in-sync set: the set (changed here, a drop once the gateway recorded it)."""
+        self._dropping = False
+        """A drop from the in-sync set is being recorded: no member is added back meanwhile."""
+        self._drop_tried_at = float("-inf")
 
     # ------------------------------------------------------------------ as a follower
 
     def state(self) -> ReplicaState:
         """See `replica_state` (what this replica holds in memory written first)."""
         self.write_held()
-        return replica_state(self.store, self.followed, self.leading)
+        return replica_state(self.store, self.followed, self.leading, self.in_sync if self.leading is not None else None)
 
     def write_held(self) -> None:
         """Write the changes held in memory to the store (`Intake.flush`); one that fails there is
@@ -152,6 +163,7 @@ class Replica:
                            "(it led epoch %d)", self.replica, self.index, self.config.name, epoch, self.leading)
             self.leading = None
             self._shipping = None
+            self.in_sync = None
             self._in_flight.clear()
             self._answers.notify_all()
             return True
@@ -191,18 +203,21 @@ class Replica:
 
     # ------------------------------------------------------------------ as the leader
 
-    def lead(self, epoch: int, followers: list[int], states: dict[int, ReplicaState]) -> None:
+    def lead(self, epoch: int, followers: list[int], states: dict[int, ReplicaState],
+             in_sync: InSync | None = None) -> None:
         """Lead the partition in `epoch` (fenced at it already): begin the epoch in the store, and
         find where each follower's changes agree with this store's by the `states` the control
         plane read as it fenced them (those it could not reach, or that diverge, get a whole copy
-        when they answer)."""
+        when they answer); with an in-sync set, beginning with `in_sync`."""
         self.write_held()
         begin_epoch(self.store, epoch)
         self.followed = epoch
         self.leading = epoch
         history = self.store.epoch_history()
         position = self.store.replication_position.position
-        self._shipping = Shipping(followers, self.config.required_copies, ChangeLog(position))
+        self.in_sync = in_sync
+        self._shipping = Shipping(followers, self.config.required_copies, ChangeLog(position),
+                                  None if in_sync is None else in_sync.members)
         self._in_flight.clear()
         for r in followers:
             state = states.get(r)
@@ -258,12 +273,52 @@ class Replica:
                 now = time.monotonic()
                 if now >= deadline:
                     raise self.not_leader(f"only {shipping.copies(position)} of the {self.config.required_copies} "
-                                          f"copies a change needs hold change {position} after {SHIP_TIMEOUT_S:g} s")
+                                          f"copies a change needs hold change {position} after {SHIP_TIMEOUT_S:g} s"
+                                          + (f" (in-sync members {shipping.lagging(position)} do not)"
+                                             if shipping.lagging(position) else ""))
+                if now - (deadline - SHIP_TIMEOUT_S) >= IN_SYNC_LAG_S and self._drop_lagging(shipping, position, now):
+                    continue
                 self._ship_due(shipping, now)
                 self._await_answers(min(deadline - now, LAZY_S))
         finally:
             self._waiters -= 1
             self._leave_to_pump()
+
+    def _drop_lagging(self, shipping: Shipping, position: int, now: float) -> bool:
+        """Drop the in-sync members that do not hold the change at `position` from the set, once
+        the deciding gateway has recorded it (with the lock let go meanwhile; one drop at a time,
+        tried every `IN_SYNC_LAG_S / 2` at most): from then on a change no longer waits on them, and
+        they may not lead. Whether a drop was tried. Raises `NotLeaderError` when the gateway
+        refuses (this replica's epoch is over); a gateway out of reach leaves the set as it is, to
+        be tried again. The caller holds the lock."""
+        lagging = shipping.lagging(position)
+        if not lagging or self._dropping or self.in_sync is None or now - self._drop_tried_at < IN_SYNC_LAG_S / 2:
+            return False
+        proposal = self.in_sync.without(lagging)
+        if len(proposal.members) < self.config.required_copies:
+            return False
+        self._dropping, self._drop_tried_at = True, now
+        held = self._lock._release_save()  # type: ignore[attr-defined]
+        try:
+            gateway = ray.get_actor(self.config.gateway_name(0), namespace=RAY_NAMESPACE)
+            refusal = ray.get(gateway.call.remote("drop_from_in_sync", self.index, proposal.encode()),
+                              timeout=DROP_TIMEOUT_S)
+        except Exception as exc:  # noqa: BLE001 - the set stays as it is; tried again after a while
+            logger.warning("replica %d of partition %d: the deciding gateway did not record followers %s out of "
+                           "sync (%s)", self.replica, self.index, lagging, type(exc).__name__)
+            return True
+        finally:
+            self._lock._acquire_restore(held)  # type: ignore[attr-defined]
+            self._dropping = False
+        if refusal is not None:
+            raise self.not_leader(f"the deciding gateway refused to drop followers {lagging} from the in-sync set: "
+                                  f"{refusal}")
+        if self._shipping is shipping and shipping.in_sync is not None:
+            logger.warning("replica %d of partition %d: followers %s are out of sync; changes are acknowledged "
+                           "without them until they catch up", self.replica, self.index, lagging)
+            self.in_sync = proposal
+            shipping.in_sync -= set(lagging)
+        return True
 
     def _await_answers(self, timeout: float) -> None:
         """Wait up to `timeout` s for a shipment's answer with the lock let go, then take the
@@ -399,6 +454,12 @@ class Replica:
         r = flight.shipment.replica
         try:
             shipping.answered(r, int(ray.get(ref)), time.monotonic())
+            if self.in_sync is not None and not self._dropping and shipping.caught_up(r):
+                self.in_sync = self.in_sync.with_member(r)
+                assert shipping.in_sync is not None
+                shipping.in_sync.add(r)
+                logger.info("replica %d of partition %d: follower %d caught up and is in sync again", self.replica,
+                            self.index, r)
         except Exception as exc:  # noqa: BLE001 - each kind of refusal says what the follower needs
             error = unwrap_remote_error(exc)
             if isinstance(error, StaleEpochError):

@@ -76,6 +76,10 @@ class NamespaceConfig:
     listen_host: str | None = None
     """The address the AMQP front end listens on (`ray-broker emulator --host`); None for every
     interface of its node."""
+    min_in_sync: int | None = None
+    """How many replicas (the leader included) must hold a change before it is acknowledged;
+    None for a majority. Below a majority (1 of 2) the partition keeps an in-sync set
+    (`engine.in_sync`), so it can fail over to a replica holding every acknowledged change."""
 
     def shared_access_keys(self) -> tuple[SasKey, ...]:
         """The namespace's shared access keys."""
@@ -91,10 +95,20 @@ class NamespaceConfig:
         return self.replicas > 1
 
     @property
-    def required_copies(self) -> int:
-        """How many replicas must hold a change before it is acknowledged: a majority, so that any
-        majority still reachable after a loss holds every acknowledged change."""
+    def majority(self) -> int:
+        """A majority of the replicas: an election needs that many answers (without an in-sync set)."""
         return self.replicas // 2 + 1
+
+    @property
+    def required_copies(self) -> int:
+        """How many replicas must hold a change before it is acknowledged: `min_in_sync`, else a
+        majority, so that any majority still reachable after a loss holds every acknowledged change."""
+        return self.min_in_sync or self.majority
+
+    @property
+    def in_sync_set(self) -> bool:
+        """Whether partitions keep an in-sync set (`engine.in_sync`): `min_in_sync` below a majority."""
+        return self.replicated and self.required_copies < self.majority
 
     def slot(self, index: int, replica: int = 0) -> int:
         """The place of replica `replica` of partition `index` among all replicas (in `placement`)."""
@@ -279,7 +293,8 @@ def store_directory(name: str, data_dir: str | None) -> str:
 
 def check_start_options(name: str, *, sku: str, partitions: int | None, gateways: int,
                         durability: str, replicas: int = 1, amqp_port: int | None = None,
-                        management_port: int | None = None, any_tier_partitions: bool = False) -> tuple[Sku, int]:
+                        management_port: int | None = None, any_tier_partitions: bool = False,
+                        min_in_sync: int | None = None) -> tuple[Sku, int]:
     """Validate `start` arguments on their own, before anything starts: the tier and the partition
     count they give (`partitions` on any tier with `any_tier_partitions`)."""
     check_namespace_name(name)
@@ -293,6 +308,7 @@ def check_start_options(name: str, *, sku: str, partitions: int | None, gateways
                                    "the management API already, so leave management_port out or pick another port")
     if isinstance(replicas, bool) or not isinstance(replicas, int) or not 1 <= replicas <= MAX_REPLICAS:
         raise InvalidArgumentError(f"replicas must be an int from 1 to {MAX_REPLICAS}, got {replicas!r}")
+    check_min_in_sync(min_in_sync, replicas)
     tier = get_sku(sku)
     count = partition_count_for(tier, partitions, any_tier=any_tier_partitions)
     if isinstance(gateways, bool) or not isinstance(gateways, int) or not 1 <= gateways <= MAX_GATEWAYS:
@@ -300,6 +316,19 @@ def check_start_options(name: str, *, sku: str, partitions: int | None, gateways
     if durability not in DURABILITY_MODES:
         raise InvalidArgumentError(f"durability must be one of {', '.join(DURABILITY_MODES)}, got {durability!r}")
     return tier, count
+
+
+def check_min_in_sync(min_in_sync: object, replicas: int) -> None:
+    """InvalidArgumentError unless `min_in_sync` is None or a copy count from 1 to `replicas`
+    (more than one replica)."""
+    if min_in_sync is None:
+        return
+    if isinstance(min_in_sync, bool) or not isinstance(min_in_sync, int) or not 1 <= min_in_sync <= replicas:
+        raise InvalidArgumentError(f"min_in_sync must be None or an int from 1 to replicas ({replicas}), "
+                                   f"got {min_in_sync!r}")
+    if replicas == 1:
+        raise InvalidArgumentError("min_in_sync needs replicas > 1: it says how many of a partition's replicas "
+                                   "must hold a change before it is acknowledged")
 
 
 def _check_port(option: str, port: object) -> None:
@@ -325,7 +354,8 @@ def plan_config(name: str, *, sku: str, partitions: int | None, data_dir: str | 
                 auth_token_hash: str | None = None, replicas: int = 1,
                 amqp_port: int | None = None, management_port: int | None = None,
                 any_tier_partitions: bool = False, listen_host: str | None = None,
-                shared_access_keys: tuple[SasKey, ...] | None = None) -> NamespaceConfig:
+                shared_access_keys: tuple[SasKey, ...] | None = None,
+                min_in_sync: int | None = None) -> NamespaceConfig:
     """Validate `start` arguments, reconcile them with a configuration already on disk (read only)
     and place the partitions; `nodes` are the cluster's alive nodes (`(node_id, store label)`),
     `local_node` the id of the one starting the namespace.
@@ -338,7 +368,7 @@ def plan_config(name: str, *, sku: str, partitions: int | None, data_dir: str | 
     as `check_start_options` and `NamespaceConfig` say."""
     tier, count = check_start_options(name, sku=sku, partitions=partitions, gateways=gateways, durability=durability,
                                       replicas=replicas, amqp_port=amqp_port, management_port=management_port,
-                                      any_tier_partitions=any_tier_partitions)
+                                      any_tier_partitions=any_tier_partitions, min_in_sync=min_in_sync)
     threads = GROUP_COMMIT_THREADS if os.environ.get(GROUP_COMMIT_ENV, "").lower() == "on" else 1
     directory = None if durability == "memory" else store_directory(name, data_dir)
     stored = None if directory is None else stored_config_for(name, tier, count, directory)
@@ -346,6 +376,11 @@ def plan_config(name: str, *, sku: str, partitions: int | None, data_dir: str | 
         raise InvalidOperationError(f"namespace {name!r} in {directory} was created with replicas={stored.replicas}; "
                                     f"the replica count can never change (asked for {replicas}). Start it with "
                                     f"replicas={stored.replicas}, or use another name or data_dir.")
+    if stored is not None and stored.min_in_sync != min_in_sync:
+        raise InvalidOperationError(f"namespace {name!r} in {directory} was created with min_in_sync="
+                                    f"{stored.min_in_sync}; it can never change (asked for {min_in_sync}), since "
+                                    "which replicas hold every acknowledged change depends on it. Start it with "
+                                    f"min_in_sync={stored.min_in_sync}, or use another name or data_dir.")
     if replicas > 1:
         check_replica_nodes(replicas, nodes)
         placement: tuple[str, ...] | None = place_partitions(
@@ -358,7 +393,7 @@ def plan_config(name: str, *, sku: str, partitions: int | None, data_dir: str | 
         stored.sas_keys if stored is not None and stored.sas_keys else \
         tuple((k.name, k.key, k.rights) for k in root_keys())
     return NamespaceConfig(name, tier.name, count, directory, durability, gateways, placement, auth_token_hash,
-                           threads, replicas, amqp_port, keys, management_port, listen_host)
+                           threads, replicas, amqp_port, keys, management_port, listen_host, min_in_sync)
 
 
 def check_replica_nodes(replicas: int, nodes: list[tuple[str, str | None]]) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, NamedTuple, Sequence
 
+from .engine.in_sync import InSync
 from .engine.queries import EpochStart
 
 
@@ -69,6 +70,8 @@ class ReplicaState(NamedTuple):
     empty while it follows; None when the answer does not say (`fence`)."""
     node: str | None = None
     """The id of the node it runs on; None when the answer does not say (`fence`)."""
+    in_sync: InSync | None = None
+    """Leading with an in-sync set (`engine.in_sync`): the set as it keeps it; else None."""
 
     @property
     def last_epoch(self) -> int:
@@ -84,6 +87,8 @@ class ReplicaState(NamedTuple):
             answer["lag"] = dict(self.lag)
         if self.node is not None:
             answer["node"] = self.node
+        if self.in_sync is not None:
+            answer["in_sync"] = self.in_sync.encode()
         return answer
 
     @classmethod
@@ -95,4 +100,5 @@ class ReplicaState(NamedTuple):
                    followed=int(answer["followed"]),
                    leading=None if answer["leading"] is None else int(answer["leading"]),
                    lag=None if lag is None else {int(r): v for r, v in lag.items()},
-                   node=answer.get("node"))
+                   node=answer.get("node"),
+                   in_sync=None if answer.get("in_sync") is None else InSync.decode(answer["in_sync"]))

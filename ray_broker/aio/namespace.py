@@ -11,7 +11,7 @@ from .handle import Namespace
 async def start(name: str, *, sku: str = "standard", partitions: int | None = None, data_dir: str | None = None,
                 gateways: int = 1, durability: str = "normal", address: str | None = None,
                 auth_token: str | None = None, replicas: int = 1, amqp_port: int | None = None,
-                management_port: int | None = None) -> Namespace:
+                management_port: int | None = None, min_in_sync: int | None = None) -> Namespace:
     """`ray_broker.start`, awaited: start a namespace (or return the running one of that name).
 
     Ray object refs are awaited on this loop; joining or starting Ray and creating the actors,
@@ -22,7 +22,7 @@ async def start(name: str, *, sku: str = "standard", partitions: int | None = No
     return Namespace(await run_awaiting(start_flow(name, sku=sku, partitions=partitions, data_dir=data_dir,
                                                    gateways=gateways, durability=durability, address=address,
                                                    auth_token=auth_token, replicas=replicas, amqp_port=amqp_port,
-                                                   management_port=management_port)))
+                                                   management_port=management_port, min_in_sync=min_in_sync)))
 
 
 async def connect(name: str, *, address: str | None = None, auth_token: str | None = None) -> Namespace:

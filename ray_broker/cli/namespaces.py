@@ -59,6 +59,9 @@ def start(
     replicas: Annotated[Optional[int], typer.Option(
         min=1, max=7, help="Copies of every partition, each on a node of its own (docs: Durability and replication).  "
                            "[default: 1]")] = None,
+    min_in_sync: Annotated[Optional[int], typer.Option(
+        min=1, max=7, help="Replicas that must hold a change before it is acknowledged; 1 of 2 lets --replicas 2 "
+                           "fail over (docs: Durability and replication).  [default: a majority]")] = None,
     port: Annotated[Optional[int], typer.Option(
         min=1, max=65535, help="Port of the Ray head this command starts when no cluster runs.")] = None,
     amqp: Annotated[bool, typer.Option(
@@ -95,14 +98,16 @@ def start(
         DEFAULT_AMQP_PORT if amqp or management_port is not None else None
     wanted = {"sku": sku and sku.value, "partition_count": partitions, "data_dir": data_dir, "gateways": gateways,
               "durability": durability and durability.value, "replicas": replicas, "amqp_port": serve_amqp,
-              "management_port": management_port}
+              "management_port": management_port, "min_in_sync": min_in_sync}
     tier, count = check_start_options(namespace, sku=wanted["sku"] or "standard", partitions=partitions,
                                       gateways=gateways or 1, durability=wanted["durability"] or "normal",
-                                      replicas=replicas or 1, amqp_port=serve_amqp, management_port=management_port)
+                                      replicas=replicas or 1, amqp_port=serve_amqp, management_port=management_port,
+                                      min_in_sync=min_in_sync)
     if serve_amqp is not None:
         check_amqp_extra()
-    if replicas == 2:
-        output.note(f"warning: {NO_FAILOVER_WITH_TWO_REPLICAS.replace('replicas=', '--replicas ')}")
+    if replicas == 2 and min_in_sync != 1:
+        output.note("warning: " + NO_FAILOVER_WITH_TWO_REPLICAS.replace("replicas=", "--replicas ")
+                    .replace("min_in_sync=", "--min-in-sync "))
     target = cluster_address(address)
     if target is None:
         if wanted["durability"] != "memory":
@@ -120,7 +125,8 @@ def start(
         warnings.simplefilter("ignore", ReplicationWarning)  # noted above, in the command line's words
         config = rb.start(namespace, sku=wanted["sku"] or "standard", partitions=partitions, data_dir=data_dir,
                           gateways=gateways or 1, durability=wanted["durability"] or "normal",
-                          replicas=replicas or 1, amqp_port=serve_amqp, management_port=management_port).config
+                          replicas=replicas or 1, amqp_port=serve_amqp, management_port=management_port,
+                          min_in_sync=min_in_sync).config
     verb = "running" if running is None else "already running"
     output.out(f"namespace {config.name!r} {verb} on {ray.get_runtime_context().gcs_address}: {settings(config)}")
 
@@ -128,7 +134,8 @@ def start(
 def settings(config: Any) -> str:
     """A running namespace's settings in one line, as `start` and `status` print them."""
     return (f"sku={config.sku}, {config.partition_count} partitions"
-            f"{f' x {config.replicas} replicas' if config.replicated else ''}, {config.gateways} gateway(s), "
+            f"{f' x {config.replicas} replicas' if config.replicated else ''}"
+            f"{f' (min_in_sync={config.min_in_sync})' if config.min_in_sync else ''}, {config.gateways} gateway(s), "
             f"durability={config.durability}, data_dir={config.data_dir or '-'}"
             + (f", AMQP on port {config.amqp_port} (`ray-broker connection-string -n {config.name}`)"
                if config.amqp_port is not None else "")
@@ -138,7 +145,7 @@ def settings(config: Any) -> str:
 
 _OPTION_OF = {"sku": "--sku", "partition_count": "--partitions", "data_dir": "--data-dir", "gateways": "--gateways",
               "durability": "--durability", "replicas": "--replicas", "amqp_port": "--amqp-port",
-              "management_port": "--management-port"}
+              "management_port": "--management-port", "min_in_sync": "--min-in-sync"}
 
 
 def _check_unchanged(running: Any, wanted: dict[str, Any]) -> None:

@@ -82,7 +82,8 @@ T = TypeVar("T")
 
 NO_FAILOVER_WITH_TWO_REPLICAS = (
     "replicas=2 cannot fail over: a change is acknowledged only once both replicas hold it (a majority of 2), so "
-    "losing either node stops each partition's keyed traffic until that node returns; use replicas=3 for failover")
+    "losing either node stops each partition's keyed traffic until that node returns; use replicas=3 for failover, "
+    "or min_in_sync=1 to go on with the replica that holds every acknowledged change")
 """Why `start` warns of `replicas=2` (README, Replication)."""
 
 
@@ -287,18 +288,19 @@ def start_flow(name: str, *, sku: str, partitions: int | None, data_dir: str | N
                replicas: int = 1, amqp_port: int | None = None,
                management_port: int | None = None, any_tier_partitions: bool = False,
                listen_host: str | None = None, shared_access_keys: tuple[SasKey, ...] | None = None,
+               min_in_sync: int | None = None,
                before_serving: Callable[[NamespaceConfig], None] | None = None) -> LifecycleFlow[NamespaceConfig]:
     """Start namespace `name` (or find it running, if `auth_token` is its token) and return its
     configuration; with `amqp_port`, its AMQP front end too (serving the management API on
-    `management_port` as well, when given). `replicas=2` is warned of (`ReplicationWarning`): it
-    cannot fail over. `any_tier_partitions`, `listen_host`, `shared_access_keys` and
+    `management_port` as well, when given). `replicas=2` without `min_in_sync=1` is warned of
+    (`ReplicationWarning`): it cannot fail over. `any_tier_partitions`, `listen_host`, `shared_access_keys` and
     `before_serving` are what only `ray-broker emulator` sets (see `plan_config` and `deploy`)."""
     from actors.deploy import deploy
 
     check_start_options(name, sku=sku, partitions=partitions, gateways=gateways, durability=durability,
                         replicas=replicas, amqp_port=amqp_port, management_port=management_port,
-                        any_tier_partitions=any_tier_partitions)
-    if replicas == 2:
+                        any_tier_partitions=any_tier_partitions, min_in_sync=min_in_sync)
+    if replicas == 2 and min_in_sync != 1:
         warnings.warn(NO_FAILOVER_WITH_TWO_REPLICAS, ReplicationWarning)
     if amqp_port is not None:
         check_amqp_extra()
@@ -314,7 +316,7 @@ def start_flow(name: str, *, sku: str, partitions: int | None, data_dir: str | N
                          durability=durability, nodes=nodes, local_node=ray.get_runtime_context().get_node_id(),
                          auth_token_hash=required, replicas=replicas, amqp_port=amqp_port,
                          management_port=management_port, any_tier_partitions=any_tier_partitions,
-                         listen_host=listen_host, shared_access_keys=shared_access_keys)
+                         listen_host=listen_host, shared_access_keys=shared_access_keys, min_in_sync=min_in_sync)
     yield from stores_free_flow(config)
     save_config(config)
     yield Blocking(deploy, (config, DEPLOY_TIMEOUT_S, before_serving))

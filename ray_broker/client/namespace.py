@@ -41,7 +41,7 @@ T = TypeVar("T")
 def start(name: str, *, sku: str = "standard", partitions: int | None = None, data_dir: str | None = None,
           gateways: int = 1, durability: str = "normal", address: str | None = None,
           auth_token: str | None = None, replicas: int = 1, amqp_port: int | None = None,
-          management_port: int | None = None) -> Namespace:
+          management_port: int | None = None, min_in_sync: int | None = None) -> Namespace:
     """Start a namespace (or return the running one of that name): its partitions and gateways.
 
     Joins the Ray cluster that `address`, `RAY_ADDRESS` or this machine's `ray start` head names,
@@ -50,7 +50,9 @@ def start(name: str, *, sku: str = "standard", partitions: int | None = None, da
     `auth_token` (or `$RAY_BROKER_AUTH_TOKEN`), every client must present that token to connect
     (`UnauthorizedError` otherwise), a later `start` of the running namespace included. With
     `replicas` > 1, every partition is that many copies on distinct nodes, and an acknowledged
-    operation survives the loss of a node (README, "Replication"). With `amqp_port`, the namespace
+    operation survives the loss of a node (README, "Replication"); `min_in_sync` sets how many
+    of them must hold a change before it is acknowledged (a majority when None; 1 of 2 lets
+    `replicas=2` fail over, as `min.insync.replicas=1` does in Kafka). With `amqp_port`, the namespace
     also serves AMQP 1.0 on that port of this node, so the Azure Service Bus SDKs reach it with a
     connection string (README, "Use the Azure SDKs"; needs the `amqp` extra); the management API
     of their administration clients is on that port too, and with `management_port` also on a
@@ -58,7 +60,8 @@ def start(name: str, *, sku: str = "standard", partitions: int | None = None, da
     """
     return Namespace(start_namespace(name, sku=sku, partitions=partitions, data_dir=data_dir, gateways=gateways,
                                      durability=durability, address=address, auth_token=auth_token,
-                                     replicas=replicas, amqp_port=amqp_port, management_port=management_port))
+                                     replicas=replicas, amqp_port=amqp_port, management_port=management_port,
+                                     min_in_sync=min_in_sync))
 
 
 def connect(name: str, *, address: str | None = None, auth_token: str | None = None) -> Namespace:

@@ -9,6 +9,11 @@ and acts on what these functions decide:
    epochs) and `choose` picks, from those fenced, the one holding the most changes, provided a
    majority answered: any majority holds every acknowledged change, so the chosen replica has
    them all. With fewer than a majority there is no leader (`NoQuorum`).
+3. With an in-sync set (`engine.in_sync`: fewer copies than a majority acknowledge a change),
+   `choose_in_sync` picks the newest of the fenced replicas that are members of the set, each of
+   which holds every acknowledged change; with none of them answering there is no leader. A gateway
+   that does not know the set (it restarted while the leader was gone) falls back to `choose`
+   with every replica but `min_in_sync - 1` answering, which meets each possible set.
 """
 from __future__ import annotations
 
@@ -16,6 +21,7 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from ..replies import ReplicaState
+from .in_sync import InSync
 
 
 @dataclass(frozen=True)
@@ -33,6 +39,8 @@ class Lead:
     chosen: int
     followers: tuple[int, ...]
     epoch: int
+    in_sync: InSync | None = None
+    """The in-sync set the epoch begins with (None without one)."""
 
 
 @dataclass(frozen=True)
@@ -73,3 +81,34 @@ def choose(fenced: Mapping[int, ReplicaState], replicas: Sequence[int], required
         return NoQuorum(len(fenced), required)
     chosen = newest(fenced)
     return Lead(chosen, tuple(r for r in replicas if r != chosen), epoch)
+
+
+def choose_in_sync(fenced: Mapping[int, ReplicaState], replicas: Sequence[int], known: InSync | None,
+                   min_in_sync: int, epoch: int) -> Lead | NoQuorum:
+    """Decide who leads `epoch` from the states of the replicas fenced at it, with an in-sync set:
+    the newest fenced member of the `known` set, the epoch beginning with it and the members that
+    answered; without a known set, `choose` among at least `len(replicas) - min_in_sync + 1`
+    answers (one of which holds every acknowledged change), the set beginning with the chosen one
+    and those holding just what it holds.
+
+    Example:
+        >>> from ray_broker.replies import ReplicaState
+        >>> state = ReplicaState(1, 9, (), 1, None)
+        >>> choose_in_sync({1: state}, [0, 1], InSync(1, 2, (0,)), 1, 2)
+        NoQuorum(answered=0, required=1)
+        >>> choose_in_sync({1: state}, [0, 1], InSync(1, 0, (0, 1)), 1, 2).in_sync
+        InSync(epoch=2, version=0, members=(1,))
+    """
+    if known is None:
+        decision = choose(fenced, replicas, len(replicas) - min_in_sync + 1, epoch)
+        if isinstance(decision, NoQuorum):
+            return decision
+        last = fenced[decision.chosen]
+        same = tuple(sorted(r for r, s in fenced.items() if (s.last_epoch, s.position) == (last.last_epoch,
+                                                                                           last.position)))
+        return Lead(decision.chosen, decision.followers, epoch, InSync(epoch, 0, same))
+    members = {r: s for r, s in fenced.items() if r in known.members}
+    if not members:
+        return NoQuorum(0, 1)
+    chosen = newest(members)
+    return Lead(chosen, tuple(r for r in replicas if r != chosen), epoch, InSync(epoch, 0, tuple(sorted(members))))

@@ -62,6 +62,9 @@ class Shipping:
         followers: the followers' replica numbers.
         required: how many replicas (the leader included) must hold a change before it counts.
         log: the leader's recent changes.
+        in_sync: with an in-sync set (`engine.in_sync`), its followers: a change counts once every
+            one of them holds it (`required` of them at least), and those are the ones shipped
+            to at once; None: any `required` replicas.
 
     Example:
         >>> from ray_broker.engine.changes import Change
@@ -75,10 +78,13 @@ class Shipping:
         True
     """
 
-    def __init__(self, followers: Iterable[int], required: int, log: ChangeLog) -> None:
+    def __init__(self, followers: Iterable[int], required: int, log: ChangeLog,
+                 in_sync: Iterable[int] | None = None) -> None:
         self.followers = {r: FollowerProgress(None) for r in followers}
         self.required = required
         self.log = log
+        self.in_sync: set[int] | None = None if in_sync is None else set(in_sync) & set(self.followers)
+        """The followers of the in-sync set, or None without one."""
 
     def start(self, replica: int, position: int | None) -> None:
         """Follower `replica` holds the leader's changes up to `position` (None: it needs a copy)."""
@@ -99,7 +105,7 @@ class Shipping:
             quiet = now - follower.heard_at >= HEARTBEAT_S
             if follower.busy or now < follower.retry_at or not (behind or quiet):
                 continue
-            if behind and not quiet and covering >= self.required - 1:
+            if behind and not quiet and not self._needed(replica, covering):
                 follower.behind_since = now if follower.behind_since is None else follower.behind_since
                 if now - follower.behind_since < LAZY_S:
                     continue
@@ -109,6 +115,13 @@ class Shipping:
             covering += behind
             out.append(Shipment(replica, changes))
         return out
+
+    def _needed(self, replica: int, covering: int) -> bool:
+        """Whether a change waits for `replica` when `covering` followers hold it or are being
+        shipped it: a member of the in-sync set, or (without one) while too few cover it."""
+        if self.in_sync is not None:
+            return replica in self.in_sync
+        return covering < self.required - 1
 
     def next_due(self, now: float) -> float:
         """Seconds from `now` until `due` may have something to send without a new change (0: at
@@ -157,8 +170,22 @@ class Shipping:
         return 1 + sum(1 for f in self.followers.values() if f.position is not None and f.position >= position)
 
     def held(self, position: int) -> bool:
-        """Whether the change at `position` is held by enough replicas to count."""
-        return self.copies(position) >= self.required
+        """Whether the change at `position` is held by enough replicas to count (with an in-sync
+        set, by each of its members as well)."""
+        return self.copies(position) >= self.required and not self.lagging(position)
+
+    def lagging(self, position: int) -> list[int]:
+        """The followers of the in-sync set that do not hold the change at `position` (none
+        without a set)."""
+        return sorted(r for r in self.in_sync or () if not self._holds(r, position))
+
+    def caught_up(self, replica: int) -> bool:
+        """Whether `replica`, outside the in-sync set, now holds every change of the log."""
+        return self.in_sync is not None and replica not in self.in_sync and self._holds(replica, self.log.last)
+
+    def _holds(self, replica: int, position: int) -> bool:
+        follower = self.followers[replica]
+        return follower.position is not None and follower.position >= position
 
     def lag(self, position: int) -> dict[int, int | None]:
         """How many changes each follower is behind `position` (None: it waits for a copy)."""

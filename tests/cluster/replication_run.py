@@ -16,6 +16,12 @@ receiver locks some messages without settling them. Then, one after another:
 - a follower of a third partition is killed (Ray restarts it) between keyed sends;
 - the labelled worker is removed, its directory deleted, and a worker with its label added back.
 Last, the locked messages are completed, and every message sent must be received exactly once.
+
+Beside it runs a namespace of two replicas that go on with one (`min_in_sync=1`): the same node
+loss takes the leader of some of its partitions and the follower of others; a keyed send to each of
+its partitions right after must be acknowledged (the follower, in sync, takes the lead; the leader
+drops its lost follower from the in-sync set and acknowledges alone), and every message it
+acknowledged is received.
 """
 from __future__ import annotations
 
@@ -52,8 +58,99 @@ LOAD_BEFORE_LOSS_S = 4.0
 LOAD_AFTER_LOSS_S = 8.0
 
 
-def key_for(partition: int) -> str:
-    return next(f"key-{i}" for i in range(10_000) if partition_for_key(f"key-{i}", PARTITIONS) == partition)
+TWO_PARTITIONS = 4
+"""Partitions of the namespace of two replicas (`min_in_sync=1`)."""
+
+
+def key_for(partition: int, partitions: int = PARTITIONS) -> str:
+    return next(f"key-{i}" for i in range(10_000) if partition_for_key(f"key-{i}", partitions) == partition)
+
+
+def two_replicas_before(two: rb.Namespace) -> list[str]:
+    """Keyed messages to every partition of the namespace of two replicas: the bodies sent."""
+    two.create_queue("q")
+    bodies = []
+    with two.get_queue_sender("q") as sender:
+        for k in range(TWO_PARTITIONS):
+            batch = [f"two-{k}-{i}" for i in range(PER_BATCH)]
+            sender.send_messages([rb.Message(b, partition_key=key_for(k, TWO_PARTITIONS)) for b in batch])
+            bodies += batch
+    return bodies
+
+
+def two_replicas_roles(victim_node: str) -> dict[str, list[int]]:
+    """The partitions of the namespace of two replicas whose leader, and whose follower, runs on `victim_node`."""
+    roles: dict[str, list[int]] = {"leader": [], "follower": []}
+    for k in range(TWO_PARTITIONS):
+        for r in range(2):
+            handle = ray.get_actor(f"two.partition.{k}.{r}", namespace=RAY_NAMESPACE)
+            if ray.get(handle.node.remote(), timeout=30) == victim_node:
+                roles["leader" if ray.get(handle.leads.remote(), timeout=30) is not None else "follower"].append(k)
+    return roles
+
+
+def two_replicas_lead_on(two: rb.Namespace, victim_node: str, sent: list[str], out: dict[str, Any]) -> None:
+    """Have `victim_node` lead a partition of the namespace of two replicas and follow another:
+    when it holds only one role, freeze (SIGSTOP) the leader of one of its partitions while keyed
+    sends go to that partition, so that its follower, in sync, takes the lead; then thaw it and wait
+    until it is back in the in-sync set (its new leader's, which the deciding gateway reads every
+    check)."""
+    roles = two_replicas_roles(victim_node)
+    rich = "follower" if not roles["leader"] else "leader" if not roles["follower"] else None
+    if rich is not None and len(roles[rich]) > 1:
+        k = roles[rich][0]
+        leader = next(r for r in range(2) if ray.get(ray.get_actor(f"two.partition.{k}.{r}", namespace=RAY_NAMESPACE)
+                                                      .leads.remote(), timeout=30) is not None)
+        pid = ray.get(ray.get_actor(f"two.partition.{k}.{leader}", namespace=RAY_NAMESPACE).pid.remote(), timeout=10)
+        time.sleep(1.5)  # a follower that caught up is in the deciding gateway's set after its next check
+        os.kill(pid, signal.SIGSTOP)
+        began = time.monotonic()
+        try:
+            with two.get_queue_sender("q") as sender:
+                for i in range(PER_BATCH):
+                    sender.send_messages(rb.Message(f"two-frozen-{i}", partition_key=key_for(k, TWO_PARTITIONS)),
+                                         timeout=30)
+                    sent.append(f"two-frozen-{i}")
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        out["two_keyed_while_frozen_s"] = round(time.monotonic() - began, 2)
+        new_leader = ray.get_actor(f"two.partition.{k}.{1 - leader}", namespace=RAY_NAMESPACE)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            leading, in_sync = ray.get(new_leader.in_sync_state.remote(), timeout=10)
+            if leading is not None and in_sync is not None and len(in_sync[2]) == 2:
+                break
+            time.sleep(0.3)
+        out["two_back_in_sync_s"] = round(time.monotonic() - began, 2) if time.monotonic() < deadline else None
+        time.sleep(1.5)  # the deciding gateway's next check reads the set
+        roles = two_replicas_roles(victim_node)
+    out["two_on_victim"] = roles
+
+
+def two_replicas_after(two: rb.Namespace, sent: list[str], out: dict[str, Any]) -> None:
+    """Right after the loss: a keyed send to each partition of the namespace of two replicas (the
+    seconds each took to be acknowledged; None: it failed), then every message received."""
+    def probe(k: int) -> float | None:
+        began = time.monotonic()
+        try:
+            with two.get_queue_sender("q") as sender:
+                sender.send_messages(rb.Message(f"two-after-{k}", partition_key=key_for(k, TWO_PARTITIONS)),
+                                     timeout=30)
+        except Exception as exc:  # noqa: BLE001 - reported as None
+            out["two_send_errors"].append(f"{k}: {type(exc).__name__}: {exc}"[:300])
+            return None
+        sent.append(f"two-after-{k}")
+        return round(time.monotonic() - began, 2)
+
+    out["two_send_errors"] = []
+    with ThreadPoolExecutor(TWO_PARTITIONS) as pool:
+        out["two_keyed_after_loss_s"] = dict(zip(range(TWO_PARTITIONS), pool.map(probe, range(TWO_PARTITIONS))))
+    got: list[str] = []
+    with two.get_queue_receiver("q", receive_mode="receive_and_delete") as receiver:
+        while batch := receiver.receive_messages(100, max_wait_time=5):
+            got += [m.body.decode() for m in batch]
+    out["two_missing"] = sorted(set(sent) - set(got))
+    out["two_received"], out["two_distinct"], out["two_expected"] = len(got), len(set(got)), len(sent)
 
 
 def ask_replicas(name: str, partition: int, method: str, timeout: float = 5.0) -> list[Any]:
@@ -273,6 +370,11 @@ def scenario(root: Path) -> dict[str, Any]:
                       gateways=2)
         ns.create_queue("q", lock_duration=__import__("datetime").timedelta(minutes=5))
         create_entities(ns)
+        two = rb.start("two", sku="premium", partitions=TWO_PARTITIONS, replicas=2, min_in_sync=1,
+                       data_dir=str(root / "two"))
+        two_sent = two_replicas_before(two)
+        out["two_decider_node"] = ray.get(ray.get_actor("two.gateway.0", namespace=RAY_NAMESPACE).node.remote(),
+                                          timeout=60)
         gateway = ray.get_actor("rep.gateway.0", namespace=RAY_NAMESPACE)
         table = RoutingTable.decode(ray.get(gateway.call.remote("routing_table"), timeout=60))
         leader_nodes = ray.get([h.node.remote() for h in table.handles], timeout=60)
@@ -297,6 +399,7 @@ def scenario(root: Path) -> dict[str, Any]:
         out["states_before"] = replica_states("rep")
         receiver = ns.get_queue_receiver("q", partitions=[victim_partition])
         held = receiver.receive_messages(HELD, max_wait_time=10)
+        two_replicas_lead_on(two, victim.node_id, two_sent, out)
         out["held"] = len(held)
         out["held_partitions"] = sorted({m.partition_index for m in held})
         load = Load(ns, [key_for(k) for k in range(PARTITIONS)])
@@ -308,6 +411,8 @@ def scenario(root: Path) -> dict[str, Any]:
         elections = ThreadPoolExecutor(1).submit(elected_after, "rep", {k: table.epochs[k] for k in led}, lost_at)
         out["keyed_send_after_loss_s"] = keyed_sends_after(ns, led)
         sent += [f"after-{k}" for k in led]
+        two_replicas_after(two, two_sent, out)
+        rb.stop("two")
         time.sleep(max(0.0, LOAD_AFTER_LOSS_S - (time.monotonic() - lost_at)))
         load.stop_sending()
         out["load_stopped_s"] = round(time.monotonic() - lost_at, 2)

@@ -48,6 +48,19 @@ def test_losing_the_leaders_node_loses_nothing_and_the_partition_keeps_serving(o
     assert observed["new_leader_node"] != observed["victim_node"]
 
 
+def test_two_replicas_with_min_in_sync_1_go_on_with_the_one_holding_every_acknowledged_change(
+        observed: dict[str, Any]) -> None:
+    roles = observed["two_on_victim"]
+    assert roles["leader"] and roles["follower"], ("the lost node held leaders and followers of two-replica "
+                                                   "partitions", roles)
+    assert observed.get("two_back_in_sync_s", 0) is not None, "the thawed leader rejoined the in-sync set"
+    assert observed["two_send_errors"] == [], observed["two_send_errors"]
+    took = observed["two_keyed_after_loss_s"]
+    assert all(seconds is not None and seconds < 15 for seconds in took.values()), (took, roles)
+    assert observed["two_missing"] == [], "every message it acknowledged is received"
+    assert observed["two_received"] == observed["two_distinct"] == observed["two_expected"]
+
+
 def test_a_replica_lost_with_its_node_is_made_again_elsewhere_and_catches_up(observed: dict[str, Any]) -> None:
     victim = observed["victim_partition"]
     timings = {key: observed[key] for key in ("elected_after_s", "repaired_s", "load_drained_s", "in_sync_at_end")}

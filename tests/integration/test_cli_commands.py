@@ -297,6 +297,22 @@ def test_start_on_a_busy_port_fails_at_once_naming_it(ray_instance: None, tmp_pa
         assert ray_made == [], "a Ray head was started"
 
 
+def test_start_with_a_min_in_sync_above_the_replicas_is_refused_in_one_line_before_anything_starts() -> None:
+    home, ray_tmp = short_tmpdir("rbh-"), short_tmpdir("rbr-")
+    try:
+        result = subprocess.run([CLI, "start", "-n", "two", "--replicas", "2", "--min-in-sync", "3"],
+                                capture_output=True, text=True, env=isolated_env(ray_tmp, home), timeout=120,
+                                check=False)
+        started = os.listdir(ray_tmp)
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        "error: InvalidArgumentError: min_in_sync must be None or an int from 1 to replicas (2), got 3"], result.stderr
+    assert started == [], "no Ray was started"
+
+
 def test_start_with_two_replicas_notes_in_one_line_that_they_cannot_fail_over() -> None:
     """Where no cluster runs: the note comes before the refusal of the head it would start (one node)."""
     home, ray_tmp = short_tmpdir("rbh-"), short_tmpdir("rbr-")
@@ -310,6 +326,6 @@ def test_start_with_two_replicas_notes_in_one_line_that_they_cannot_fail_over() 
     assert result.stderr.splitlines() == [
         "warning: --replicas 2 cannot fail over: a change is acknowledged only once both replicas hold it (a majority "
         "of 2), so losing either node stops each partition's keyed traffic until that node returns; use --replicas 3 "
-        "for failover",
+        "for failover, or --min-in-sync 1 to go on with the replica that holds every acknowledged change",
         "error: InvalidOperationError: replicas=2 needs 2 nodes with distinct stores (distinct ray-broker-store "
         "labels where nodes have one); the cluster has 1. Add nodes, or start with replicas <= 1"], result.stderr

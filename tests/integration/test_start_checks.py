@@ -84,7 +84,8 @@ def test_without_the_amqp_extra_the_start_fails_at_once_and_starts_nothing(tmp_p
 
 
 TWO_REPLICAS = r"^replicas=2 cannot fail over: .* losing either node stops each partition's keyed traffic until that " \
-               r"node returns; use replicas=3 for failover$"
+               r"node returns; use replicas=3 for failover, or min_in_sync=1 to go on with the replica that holds " \
+               r"every acknowledged change$"
 
 
 @pytest.mark.parametrize("how", ["sync", "async"])
@@ -95,11 +96,11 @@ def test_two_replicas_are_warned_of(ray_instance: None, how: str) -> None:
 
     import ray_broker.aio as rba
 
-    def start(replicas: int) -> None:
+    def start(replicas: int, min_in_sync: int | None = None) -> None:
         if how == "sync":
-            rb.start("two-replicas", durability="memory", replicas=replicas)
+            rb.start("two-replicas", durability="memory", replicas=replicas, min_in_sync=min_in_sync)
         else:
-            asyncio.run(rba.start("two-replicas", durability="memory", replicas=replicas))
+            asyncio.run(rba.start("two-replicas", durability="memory", replicas=replicas, min_in_sync=min_in_sync))
 
     with pytest.warns(rb.errors.ReplicationWarning, match=TWO_REPLICAS):
         with pytest.raises(rb.errors.InvalidOperationError, match="replicas=2 needs 2 nodes"):
@@ -108,3 +109,8 @@ def test_two_replicas_are_warned_of(ray_instance: None, how: str) -> None:
         warnings.simplefilter("error", rb.errors.ReplicationWarning)
         with pytest.raises(rb.errors.InvalidOperationError, match="replicas=3 needs 3 nodes"):
             start(3)
+        with pytest.raises(rb.errors.InvalidOperationError, match="replicas=2 needs 2 nodes"):
+            start(2, min_in_sync=1)  # it can fail over: no warning
+        with pytest.raises(rb.errors.InvalidArgumentError, match=r"min_in_sync must be None or an int from 1 to "
+                                                                 r"replicas \(2\), got 3"):
+            start(2, min_in_sync=3)
