@@ -66,8 +66,9 @@ class InSync:
 def accepts_drop(known: InSync | None, epoch: int, proposed: InSync, min_in_sync: int) -> str | None:
     """Why the deciding gateway, knowing `known` for a partition whose current epoch is `epoch`,
     refuses the leader's `proposed` smaller set, or None to record it: the proposal must come from
-    the current epoch's leader, be newer than what is known, only drop members, and keep
-    `min_in_sync` of them.
+    the current epoch's leader, be newer than what is known (or be it: the leader asks again when
+    an answer went astray) and keep `min_in_sync` members. Its members may include one the gateway
+    has not yet learned was added back: the leader waits on each member of its proposal.
 
     Example:
         >>> known = InSync(2, 0, (0, 1))
@@ -78,10 +79,8 @@ def accepts_drop(known: InSync | None, epoch: int, proposed: InSync, min_in_sync
     """
     if proposed.epoch != epoch:
         return f"epoch {proposed.epoch} is over (the partition is in epoch {epoch})"
-    if known is not None and not proposed.newer(known):
+    if known is not None and proposed != known and not proposed.newer(known):
         return f"version {proposed.version} is not newer than the recorded {known.version}"
-    if known is not None and known.epoch == epoch and not set(proposed.members) <= set(known.members):
-        return f"members {list(proposed.members)} are not drawn from the recorded {list(known.members)}"
     if len(proposed.members) < min_in_sync:
         return f"{len(proposed.members)} members are fewer than min_in_sync={min_in_sync}"
     return None
