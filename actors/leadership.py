@@ -120,9 +120,9 @@ class ReplicaSets:
         epoch = self.epochs[index] if self._fencing[index] <= self.epochs[index] else self._fencing[index]
         refusal = accepts_drop(self.in_sync[index], epoch, proposal, self.config.required_copies)
         if refusal is None:
-            logger.warning("partition %d of namespace %r: replicas %s are out of sync; its in-sync set is now %s",
-                           index, self.config.name, sorted(set(self.in_sync[index].members) - set(proposal.members))
-                           if self.in_sync[index] else "?", list(proposal.members))
+            logger.warning("partition %d of namespace %r: its leader left replicas out of sync; its in-sync set is "
+                           "now %s (version %d of epoch %d)", index, self.config.name, list(proposal.members),
+                           proposal.version, proposal.epoch)
             self.in_sync[index] = proposal
         return refusal
 

@@ -128,8 +128,6 @@ class Replica:
         followers' answers themselves and the pump keeps out of their way."""
         self.intake = Intake(store)
         """The leader's changes this replica holds in memory, answered, until `write_held`."""
-        self.in_sync: InSync | None = None
-        """Leading with an in-sync set: the set (changed here, a drop once the gateway recorded it)."""
         self._dropping = False
         """A drop from the in-sync set is being recorded: no member is added back meanwhile."""
         self._drop_tried_at = float("-inf")
@@ -139,7 +137,13 @@ class Replica:
     def state(self) -> ReplicaState:
         """See `replica_state` (what this replica holds in memory written first)."""
         self.write_held()
-        return replica_state(self.store, self.followed, self.leading, self.in_sync if self.leading is not None else None)
+        return replica_state(self.store, self.followed, self.leading, self.in_sync)
+
+    @property
+    def in_sync(self) -> InSync | None:
+        """Leading with an in-sync set: the set (changed by this leader, a drop once the gateway
+        recorded it); else None."""
+        return None if self._shipping is None or self.leading is None else self._shipping.in_sync
 
     def write_held(self) -> None:
         """Write the changes held in memory to the store (`Intake.flush`); one that fails there is
@@ -163,7 +167,6 @@ class Replica:
                            "(it led epoch %d)", self.replica, self.index, self.config.name, epoch, self.leading)
             self.leading = None
             self._shipping = None
-            self.in_sync = None
             self._in_flight.clear()
             self._answers.notify_all()
             return True
@@ -215,9 +218,7 @@ class Replica:
         self.leading = epoch
         history = self.store.epoch_history()
         position = self.store.replication_position.position
-        self.in_sync = in_sync
-        self._shipping = Shipping(followers, self.config.required_copies, ChangeLog(position),
-                                  None if in_sync is None else in_sync.members)
+        self._shipping = Shipping(followers, self.config.required_copies, ChangeLog(position), in_sync)
         self._in_flight.clear()
         for r in followers:
             state = states.get(r)
@@ -249,7 +250,7 @@ class Replica:
             shipping.log.append(change)
         position = shipping.log.last
         began = time.perf_counter()
-        now = time.monotonic()
+        now = started = time.monotonic()
         self._give_up_on_silent(now)
         for shipment in shipping.due(position, now):
             self._send(shipment)
@@ -259,7 +260,7 @@ class Replica:
             return
         if changes:
             before_wait()
-        deadline = now + SHIP_TIMEOUT_S
+        deadline = started + SHIP_TIMEOUT_S
         self._waiters += 1
         try:
             while True:
@@ -276,7 +277,7 @@ class Replica:
                                           f"copies a change needs hold change {position} after {SHIP_TIMEOUT_S:g} s"
                                           + (f" (in-sync members {shipping.lagging(position)} do not)"
                                              if shipping.lagging(position) else ""))
-                if now - (deadline - SHIP_TIMEOUT_S) >= IN_SYNC_LAG_S and self._drop_lagging(shipping, position, now):
+                if now - started >= IN_SYNC_LAG_S and self._drop_lagging(shipping, position, now):
                     continue
                 self._ship_due(shipping, now)
                 self._await_answers(min(deadline - now, LAZY_S))
@@ -292,9 +293,9 @@ class Replica:
         refuses (this replica's epoch is over); a gateway out of reach leaves the set as it is, to
         be tried again. The caller holds the lock."""
         lagging = shipping.lagging(position)
-        if not lagging or self._dropping or self.in_sync is None or now - self._drop_tried_at < IN_SYNC_LAG_S / 2:
+        if not lagging or self._dropping or shipping.in_sync is None or now - self._drop_tried_at < IN_SYNC_LAG_S / 2:
             return False
-        proposal = self.in_sync.without(lagging)
+        proposal = shipping.in_sync.without(lagging)
         if len(proposal.members) < self.config.required_copies:
             return False
         self._dropping, self._drop_tried_at = True, now
@@ -313,11 +314,10 @@ class Replica:
         if refusal is not None:
             raise self.not_leader(f"the deciding gateway refused to drop followers {lagging} from the in-sync set: "
                                   f"{refusal}")
-        if self._shipping is shipping and shipping.in_sync is not None:
+        if self._shipping is shipping:
             logger.warning("replica %d of partition %d: followers %s are out of sync; changes are acknowledged "
                            "without them until they catch up", self.replica, self.index, lagging)
-            self.in_sync = proposal
-            shipping.in_sync -= set(lagging)
+            shipping.drop(proposal)
         return True
 
     def _await_answers(self, timeout: float) -> None:
@@ -454,12 +454,6 @@ class Replica:
         r = flight.shipment.replica
         try:
             shipping.answered(r, int(ray.get(ref)), time.monotonic())
-            if self.in_sync is not None and not self._dropping and shipping.caught_up(r):
-                self.in_sync = self.in_sync.with_member(r)
-                assert shipping.in_sync is not None
-                shipping.in_sync.add(r)
-                logger.info("replica %d of partition %d: follower %d caught up and is in sync again", self.replica,
-                            self.index, r)
         except Exception as exc:  # noqa: BLE001 - each kind of refusal says what the follower needs
             error = unwrap_remote_error(exc)
             if isinstance(error, StaleEpochError):
@@ -473,6 +467,11 @@ class Replica:
             else:
                 self._handles.pop(r, None)
                 shipping.failed(r, time.monotonic())
+            return
+        if not self._dropping and shipping.caught_up(r):
+            shipping.add_back(r)
+            logger.info("replica %d of partition %d: follower %d caught up and is in sync again", self.replica,
+                        self.index, r)
 
     def _handle(self, replica: int) -> Any:
         handle = self._handles.get(replica)

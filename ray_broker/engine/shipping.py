@@ -14,6 +14,7 @@ from typing import Iterable
 
 from .change_log import ChangeLog
 from .changes import Change
+from .in_sync import InSync
 
 RETRY_AFTER_S = 0.5
 """How long a follower that did not answer is left before it is shipped to again."""
@@ -62,8 +63,8 @@ class Shipping:
         followers: the followers' replica numbers.
         required: how many replicas (the leader included) must hold a change before it counts.
         log: the leader's recent changes.
-        in_sync: with an in-sync set (`engine.in_sync`), its followers: a change counts once every
-            one of them holds it (`required` of them at least), and those are the ones shipped
+        in_sync: with an in-sync set (`engine.in_sync`), the set: a change counts once every
+            follower of it holds it (`required` replicas at least), and those are the ones shipped
             to at once; None: any `required` replicas.
 
     Example:
@@ -79,12 +80,12 @@ class Shipping:
     """
 
     def __init__(self, followers: Iterable[int], required: int, log: ChangeLog,
-                 in_sync: Iterable[int] | None = None) -> None:
+                 in_sync: InSync | None = None) -> None:
         self.followers = {r: FollowerProgress(None) for r in followers}
         self.required = required
         self.log = log
-        self.in_sync: set[int] | None = None if in_sync is None else set(in_sync) & set(self.followers)
-        """The followers of the in-sync set, or None without one."""
+        self.in_sync = in_sync
+        """The in-sync set, or None without one (the leader changes it: `drop`, `add_back`)."""
 
     def start(self, replica: int, position: int | None) -> None:
         """Follower `replica` holds the leader's changes up to `position` (None: it needs a copy)."""
@@ -120,7 +121,7 @@ class Shipping:
         """Whether a change waits for `replica` when `covering` followers hold it or are being
         shipped it: a member of the in-sync set, or (without one) while too few cover it."""
         if self.in_sync is not None:
-            return replica in self.in_sync
+            return replica in self.in_sync.members
         return covering < self.required - 1
 
     def next_due(self, now: float) -> float:
@@ -177,11 +178,25 @@ class Shipping:
     def lagging(self, position: int) -> list[int]:
         """The followers of the in-sync set that do not hold the change at `position` (none
         without a set)."""
-        return sorted(r for r in self.in_sync or () if not self._holds(r, position))
+        members = () if self.in_sync is None else self.in_sync.members
+        return sorted(r for r in members if r in self.followers and not self._holds(r, position))
 
     def caught_up(self, replica: int) -> bool:
         """Whether `replica`, outside the in-sync set, now holds every change of the log."""
-        return self.in_sync is not None and replica not in self.in_sync and self._holds(replica, self.log.last)
+        return (self.in_sync is not None and replica not in self.in_sync.members
+                and self._holds(replica, self.log.last))
+
+    def drop(self, proposal: InSync) -> None:
+        """Take `proposal`, the set without its lagging members, as the deciding gateway recorded
+        it: changes no longer wait on them."""
+        self.in_sync = proposal
+
+    def add_back(self, replica: int) -> InSync:
+        """Add `replica`, caught up (`caught_up`), back to the set: changes wait on it again. The
+        new set."""
+        assert self.in_sync is not None, "only a set is added to"
+        self.in_sync = self.in_sync.with_member(replica)
+        return self.in_sync
 
     def _holds(self, replica: int, position: int) -> bool:
         follower = self.followers[replica]

@@ -67,7 +67,7 @@ def shipping(in_sync: tuple[int, ...] | None, required: int = 1) -> Shipping:
     log = ChangeLog(0)
     for p in (1, 2, 3):
         log.append(Change(1, p, []))
-    ship = Shipping([1, 2], required, log, in_sync)
+    ship = Shipping([1, 2], required, log, None if in_sync is None else InSync(1, 0, in_sync))
     ship.start(1, 0)
     ship.start(2, 0)
     return ship
@@ -95,6 +95,16 @@ def test_a_follower_outside_the_set_is_caught_up_once_it_holds_every_change() ->
     assert not ship.caught_up(1)
     ship.answered(1, 3, now=0.0)
     assert ship.caught_up(1)
+    assert ship.add_back(1) == InSync(1, 1, (0, 1)) and not ship.caught_up(1)
+    ship.log.append(Change(1, 4, []))
+    assert ship.lagging(4) == [1], "a member again: the next change waits for it"
+
+
+def test_a_dropped_member_is_no_longer_waited_for() -> None:
+    ship = shipping(in_sync=(0, 1))
+    assert ship.lagging(3) == [1]
+    ship.drop(ship.in_sync.without([1]))
+    assert ship.held(3) and ship.in_sync == InSync(1, 1, (0,))
     assert not shipping(in_sync=None).caught_up(1), "no set, nothing to catch up to"
 
 
