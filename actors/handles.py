@@ -110,10 +110,18 @@ def partition_actor(config: NamespaceConfig, index: int, replica: int = 0, node:
 
     Its calls record no task events (Ray's per-task history for the dashboard): a partition serves
     one call per batch, and the recording costs each call about 0.1 ms here. Its default group runs
-    `config.call_threads` calls at once (waiting receives have a group of their own)."""
+    `config.call_threads` calls at once (waiting receives have a group of their own).
+
+    Calls run as they arrive, not in each caller's submission order (`allow_out_of_order_execution`):
+    no caller has two calls of one kind in flight that depend on each other's order, and in order
+    a call whose message Ray lost on the way (a restarted process, a starved machine) held every
+    later call of its caller back, for good while that caller kept calling: a replica made again
+    after its node's loss on a starved machine answered its leader and, for minutes, no other
+    caller whose call had been lost."""
     return PartitionActor.options(
         name=config.replica_name(index, replica), namespace=RAY_NAMESPACE, lifetime="detached", get_if_exists=True,
         max_restarts=-1, max_task_retries=0, num_cpus=0, enable_task_events=False, max_concurrency=config.call_threads,
+        allow_out_of_order_execution=True,
         **_placement(config, config.slot(index, replica), node),
     ).remote(config.to_dict(), index, replica)
 
