@@ -30,6 +30,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                [i for i in items if _scenario_of(i, config) is not None]
 
 
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """How long each background cluster scenario ran (they share the machine with the other tests)."""
+    background = terminalreporter.config.stash.get(BACKGROUND, None)
+    if background is not None:
+        terminalreporter.write_sep("-", "cluster scenarios")
+        for line in background.timings():
+            terminalreporter.write_line(line)
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
     background = session.config.stash.get(BACKGROUND, None)
     if background is not None:

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,8 @@ class Outcome:
         self.done = threading.Event()
         self.observed: dict[str, Any] | None = None
         self.failure: str | None = None
+        self.seconds: float | None = None
+        """How long its process ran."""
 
 
 class BackgroundScenarios:
@@ -68,6 +71,12 @@ class BackgroundScenarios:
         assert outcome.observed is not None
         return outcome.observed
 
+    def timings(self) -> list[str]:
+        """A line for each scenario: how long it ran, or that it did not."""
+        return [f"{scenario.module}: " + ("did not run" if outcome.seconds is None else
+                                          f"{outcome.seconds:.0f} s" + (" (failed)" if outcome.failure else ""))
+                for scenario, outcome in self._outcomes.items()]
+
     def close(self) -> None:
         """Interrupt a scenario still running (it shuts its cluster down on Ctrl-C) and remove the
         work directories."""
@@ -85,11 +94,13 @@ class BackgroundScenarios:
 
     def _run_all(self) -> None:
         for index, (scenario, outcome) in enumerate(self._outcomes.items()):
+            began = time.monotonic()
             try:
                 outcome.observed = self._run(scenario, self.root / f"{index}-{scenario.module.rsplit('.', 1)[-1]}")
             except Exception as exc:  # noqa: BLE001 - reported to the scenario's tests
                 outcome.failure = f"{type(exc).__name__}: {exc}"
             finally:
+                outcome.seconds = time.monotonic() - began
                 outcome.done.set()
 
     def _run(self, scenario: Scenario, workdir: Path) -> dict[str, Any]:
