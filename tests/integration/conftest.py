@@ -1,6 +1,6 @@
 """Integration fixtures: the session's namespace reached on the direct path (the default) or,
 in modules that set `BOTH_PATHS = True`, on both the direct path and the gateway relay; and a
-namespace that serves AMQP, one per module that asks for it."""
+namespace that serves AMQP, one for the session's AMQP tests (each works on entities of its own)."""
 from __future__ import annotations
 
 from typing import Iterator
@@ -29,21 +29,22 @@ def namespace(namespace: rb.Namespace, client_path: str) -> rb.Namespace:
     return rb.Namespace(namespace.config, relay=client_path == "relay")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def amqp_namespace(ray_instance: None) -> Iterator[rb.Namespace]:
-    """A standard namespace in memory that serves AMQP on a free port (one per test module)."""
+    """A standard namespace in memory that serves AMQP on a free port (one for the session: a
+    namespace starts 17 actor processes, seconds of this machine's CPU)."""
     with serving_amqp("amqp") as ns:
         yield ns
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def port(amqp_namespace: rb.Namespace) -> int:
-    """The AMQP port of the module's AMQP namespace."""
+    """The AMQP port of the session's AMQP namespace."""
     assert amqp_namespace.config.amqp_port is not None
     return amqp_namespace.config.amqp_port
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def conn_str(amqp_namespace: rb.Namespace) -> str:
-    """The connection string of the module's AMQP namespace (its root key)."""
+    """The connection string of the session's AMQP namespace (its root key)."""
     return amqp_connection_string(amqp_namespace)
