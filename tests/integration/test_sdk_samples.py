@@ -36,7 +36,6 @@ import ray_broker as rb
 from ray_broker.amqp.connection_string import connection_string
 from ray_broker.management_http.certificate import certificate_path
 
-from .helpers import serving_amqp
 from .sdk_samples import SampleRun, TlsEndpoint, fetch_samples, openssl_available, run_sample, sample_environment
 
 SAMPLE_TIMEOUT_S = 45.0
@@ -372,10 +371,9 @@ def samples_dir(request: pytest.FixtureRequest) -> Path:
 
 
 @pytest.fixture(scope="module")
-def samples_namespace(ray_instance: None) -> Iterator[rb.Namespace]:
-    """A standard namespace in memory that serves AMQP on a free port."""
-    with serving_amqp("samples") as ns:
-        yield ns
+def samples_namespace(amqp_namespace: rb.Namespace) -> rb.Namespace:
+    """The session's namespace that serves AMQP (each sample gets entities of its own)."""
+    return amqp_namespace
 
 
 @pytest.fixture(scope="module")
