@@ -1,8 +1,8 @@
 """The Python snippets of README and of the documentation site's pages (`docs/`): each has a namespace
 of its own and removes it at its end, so each runs again, and after any other; the main ones run
 one after another in a process of their own (as one script of a user's would; twice each with
---long), and the guides' other ones once each. A program using the library as the snippets do sees none of Ray's
-own notices."""
+--long), the guides' other ones after them, once each. A program using the library as the
+snippets do sees none of Ray's own notices."""
 from __future__ import annotations
 
 import re
@@ -25,15 +25,17 @@ MAIN_SNIPPETS = ("shop", "shop-async", "topics", "clock-demo")
 GUIDE_SNIPPETS = ("transactions", "forwarding", "locks", "operator-demo")
 """The namespaces of the guides' other snippets that run on a local Ray alone (the Spark one needs a
 Spark session, and the Azure SDK one a fixed port: their guides' own tests cover them)."""
-RUN_EACH_TWICE = """
+RUN_SNIPPETS = f"""
 import sys
-for path in sys.argv[1:]:
+main_runs, paths = int(sys.argv[1]), sys.argv[2:]
+for number, path in enumerate(paths):
     source = open(path, encoding="utf-8").read()
-    for run in (1, 2):
-        exec(compile(source, path, "exec"), {"__name__": "__main__"})
+    for run in range(1, (main_runs if number < {len(MAIN_SNIPPETS)} else 1) + 1):
+        exec(compile(source, path, "exec"), {{"__name__": "__main__"}})
         print("RUN", path, run, "OK", flush=True)
 """
-RUN_ONCE = RUN_EACH_TWICE.replace("(1, 2)", "(1,)")
+"""Runs the snippets at the paths given, in order: the first `len(MAIN_SNIPPETS)` as many times as
+its first argument says, the others once."""
 
 
 def python_snippets() -> list[str]:
@@ -72,26 +74,29 @@ def test_snippets_without_a_namespace_of_their_own_start_none() -> None:
 
 
 @pytest.mark.ray
-def test_the_main_snippets_run_in_a_process_of_their_own_without_ray_notices(tmp_path: Path, long_run: bool) -> None:
-    """Once each (twice each with --long: a snippet runs again after itself)."""
+def test_the_snippets_run_in_a_process_of_their_own_without_ray_notices(tmp_path: Path, long_run: bool) -> None:
+    """The main snippets, then the guides' other ones, one after another in one process (the main
+    ones twice each with --long: a snippet runs again after itself)."""
     runs = (1, 2) if long_run else (1,)
-    scripts = []
-    for name in MAIN_SNIPPETS:
-        scripts.append(tmp_path / f"{name}.py")
-        scripts[-1].write_text(snippet_starting(name), encoding="utf-8")
+    scripts = {}
+    for name in (*MAIN_SNIPPETS, *GUIDE_SNIPPETS):
+        scripts[name] = tmp_path / f"{name}.py"
+        scripts[name].write_text(snippet_starting(name), encoding="utf-8")
     ray_tmpdir = short_tmpdir("rb-readme-")
     try:
-        result = subprocess.run([sys.executable, "-c", RUN_EACH_TWICE if long_run else RUN_ONCE, *map(str, scripts)],
+        result = subprocess.run([sys.executable, "-c", RUN_SNIPPETS, str(len(runs)), *map(str, scripts.values())],
                                 capture_output=True, text=True, env=isolated_env(ray_tmpdir, str(tmp_path / "home")),
                                 cwd=str(tmp_path), timeout=600, check=False)
     finally:
         shutil.rmtree(ray_tmpdir, ignore_errors=True)
     assert result.returncode == 0, f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
     assert [line for line in result.stdout.splitlines() if line.startswith("RUN ")] == \
-        [f"RUN {script} {run} OK" for script in scripts for run in runs]
+        [f"RUN {scripts[name]} {run} OK" for name in MAIN_SNIPPETS for run in runs] + \
+        [f"RUN {scripts[name]} 1 OK" for name in GUIDE_SNIPPETS]
     for notice in RAY_NOTICES:
         assert notice not in result.stdout + result.stderr, f"Ray's notice reached the user:\n{result.stdout}\n" \
                                                             f"{result.stderr}"
+    assert "lock lost" not in result.stdout, result.stdout
     assert not any((tmp_path / "home" / name).exists() for name in MAIN_SNIPPETS)
 
 
@@ -109,22 +114,3 @@ def test_the_async_snippet_alone_prints_none_of_rays_notices(tmp_path: Path) -> 
     assert result.returncode == 0, f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
     for notice in (*RAY_NOTICES, "SIGTERM handler"):
         assert notice not in result.stdout + result.stderr, f"Ray's notice reached the user:\n{result.stderr}"
-
-
-@pytest.mark.ray
-def test_the_guides_other_snippets_run_once_each_in_a_process_of_their_own(tmp_path: Path) -> None:
-    scripts = []
-    for name in GUIDE_SNIPPETS:
-        scripts.append(tmp_path / f"{name}.py")
-        scripts[-1].write_text(snippet_starting(name), encoding="utf-8")
-    ray_tmpdir = short_tmpdir("rb-guides-")
-    try:
-        result = subprocess.run([sys.executable, "-c", RUN_ONCE, *map(str, scripts)], capture_output=True, text=True,
-                                env=isolated_env(ray_tmpdir, str(tmp_path / "home")), cwd=str(tmp_path), timeout=600,
-                                check=False)
-    finally:
-        shutil.rmtree(ray_tmpdir, ignore_errors=True)
-    assert result.returncode == 0, f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
-    assert [line for line in result.stdout.splitlines() if line.startswith("RUN ")] == \
-        [f"RUN {script} 1 OK" for script in scripts]
-    assert "lock lost" not in result.stdout, result.stdout
