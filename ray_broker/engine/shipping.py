@@ -191,12 +191,10 @@ class Shipping:
         it: changes no longer wait on them."""
         self.in_sync = proposal
 
-    def add_back(self, replica: int) -> InSync:
-        """Add `replica`, caught up (`caught_up`), back to the set: changes wait on it again. The
-        new set."""
+    def add_back(self, replica: int) -> None:
+        """Add `replica`, caught up (`caught_up`), back to the set: changes wait on it again."""
         assert self.in_sync is not None, "only a set is added to"
         self.in_sync = self.in_sync.with_member(replica)
-        return self.in_sync
 
     def _holds(self, replica: int, position: int) -> bool:
         follower = self.followers[replica]
