@@ -25,17 +25,15 @@ MAIN_SNIPPETS = ("shop", "shop-async", "topics", "clock-demo")
 GUIDE_SNIPPETS = ("transactions", "forwarding", "locks", "operator-demo")
 """The namespaces of the guides' other snippets that run on a local Ray alone (the Spark one needs a
 Spark session, and the Azure SDK one a fixed port: their guides' own tests cover them)."""
-RUN_SNIPPETS = f"""
+RUN_SNIPPETS = """
 import sys
-main_runs, paths = int(sys.argv[1]), sys.argv[2:]
-for number, path in enumerate(paths):
+for runs, path in zip(sys.argv[1::2], sys.argv[2::2]):
     source = open(path, encoding="utf-8").read()
-    for run in range(1, (main_runs if number < {len(MAIN_SNIPPETS)} else 1) + 1):
-        exec(compile(source, path, "exec"), {{"__name__": "__main__"}})
+    for run in range(1, int(runs) + 1):
+        exec(compile(source, path, "exec"), {"__name__": "__main__"})
         print("RUN", path, run, "OK", flush=True)
 """
-"""Runs the snippets at the paths given, in order: the first `len(MAIN_SNIPPETS)` as many times as
-its first argument says, the others once."""
+"""Runs the snippets given as pairs of arguments (how many times in a row, the path), in order."""
 
 
 def python_snippets() -> list[str]:
@@ -77,22 +75,21 @@ def test_snippets_without_a_namespace_of_their_own_start_none() -> None:
 def test_the_snippets_run_in_a_process_of_their_own_without_ray_notices(tmp_path: Path, long_run: bool) -> None:
     """The main snippets, then the guides' other ones, one after another in one process (the main
     ones twice each with --long: a snippet runs again after itself)."""
-    runs = (1, 2) if long_run else (1,)
-    scripts = {}
-    for name in (*MAIN_SNIPPETS, *GUIDE_SNIPPETS):
-        scripts[name] = tmp_path / f"{name}.py"
-        scripts[name].write_text(snippet_starting(name), encoding="utf-8")
+    runs = {name: 2 if long_run else 1 for name in MAIN_SNIPPETS} | {name: 1 for name in GUIDE_SNIPPETS}
+    scripts = {name: tmp_path / f"{name}.py" for name in runs}
+    for name, script in scripts.items():
+        script.write_text(snippet_starting(name), encoding="utf-8")
     ray_tmpdir = short_tmpdir("rb-readme-")
     try:
-        result = subprocess.run([sys.executable, "-c", RUN_SNIPPETS, str(len(runs)), *map(str, scripts.values())],
+        result = subprocess.run([sys.executable, "-c", RUN_SNIPPETS,
+                                 *(str(arg) for name in runs for arg in (runs[name], scripts[name]))],
                                 capture_output=True, text=True, env=isolated_env(ray_tmpdir, str(tmp_path / "home")),
                                 cwd=str(tmp_path), timeout=600, check=False)
     finally:
         shutil.rmtree(ray_tmpdir, ignore_errors=True)
     assert result.returncode == 0, f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
     assert [line for line in result.stdout.splitlines() if line.startswith("RUN ")] == \
-        [f"RUN {scripts[name]} {run} OK" for name in MAIN_SNIPPETS for run in runs] + \
-        [f"RUN {scripts[name]} 1 OK" for name in GUIDE_SNIPPETS]
+        [f"RUN {scripts[name]} {run} OK" for name in runs for run in range(1, runs[name] + 1)]
     for notice in RAY_NOTICES:
         assert notice not in result.stdout + result.stderr, f"Ray's notice reached the user:\n{result.stdout}\n" \
                                                             f"{result.stderr}"

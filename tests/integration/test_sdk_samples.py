@@ -371,16 +371,10 @@ def samples_dir(request: pytest.FixtureRequest) -> Path:
 
 
 @pytest.fixture(scope="module")
-def samples_namespace(amqp_namespace: rb.Namespace) -> rb.Namespace:
-    """The session's namespace that serves AMQP (each sample gets entities of its own)."""
-    return amqp_namespace
-
-
-@pytest.fixture(scope="module")
-def launched(samples_namespace: rb.Namespace, samples_dir: Path,
+def launched(amqp_namespace: rb.Namespace, samples_dir: Path,
              tmp_path_factory: pytest.TempPathFactory) -> Iterator[Launched]:
     """Entities for every runnable sample, seeded, then the samples started a few at a time."""
-    ns = samples_namespace
+    ns = amqp_namespace  # the session's: each sample gets entities of its own
     port = ns.config.amqp_port
     assert port is not None
     root = next(k for k in ns.list_shared_access_keys() if k.name == "RootManageSharedAccessKey")
@@ -441,7 +435,7 @@ def test_the_table_covers_every_published_sample(samples_dir: Path) -> None:
 
 
 @pytest.mark.parametrize("sample", SAMPLES)
-def test_sample(sample: str, launched: Launched, samples_namespace: rb.Namespace) -> None:
+def test_sample(sample: str, launched: Launched, amqp_namespace: rb.Namespace) -> None:
     expectation = expectation_of(sample)
     reason = expectation.skip_reason()
     if reason is not None:
@@ -453,6 +447,6 @@ def test_sample(sample: str, launched: Launched, samples_namespace: rb.Namespace
     assert run.returncode == 0 or run.stopped, run.describe()
     if expectation.check is not None:
         try:
-            expectation.check(samples_namespace, launched.entities[sample], run.stdout)
+            expectation.check(amqp_namespace, launched.entities[sample], run.stdout)
         except AssertionError as failure:
             raise AssertionError(f"{sample} should leave {expectation.leaves}: {failure}\n{run.describe()}") from None
