@@ -5,7 +5,8 @@ The broker runs on a local `ray.cluster_utils.Cluster` (a head and three labelle
 `benchmarks.replication`), 16 partitions; JetStream on three clustered local `nats-server`
 processes (file storage, work-queue retention; `benchmarks.jetstream_baseline`). The cycle:
 publish a batch of `--batch-size` x 1 KB with every message acknowledged, then receive as many and
-acknowledge each (Python clients on both sides). Besides throughput it reports CPU per message by
+acknowledge each (Python clients on both sides); a first, untimed round of every system lets the
+cluster's and the servers' start pass, then the timed rounds take the systems in turn. Besides throughput it reports CPU per message by
 process role (client, leaders, followers, gateways, raylets; the stream's leader and the other
 servers), the replication round's latency split on the leaders and followers, and P3 latency
 (send to receive of single messages) with `replicas=3` against `replicas=1`.
@@ -13,7 +14,7 @@ servers), the replication round's latency split on the leaders and followers, an
 Targets: `replicas=3` >= 1.0x JetStream R3 and >= 0.7x `replicas=1` (P1); P3 median with
 `replicas=3` <= 1.5x `replicas=1`.
 
-    python -m benchmarks.jetstream [--batches 30 --rounds 3 --samples 60]
+    python -m benchmarks.jetstream [--batches 30 --rounds 5 --samples 60]
 """
 from __future__ import annotations
 
@@ -60,7 +61,7 @@ class JetStreamConfig:
 
     batches: int = 30
     warmup: int = 5
-    rounds: int = 3
+    rounds: int = 5
     batch_size: int = 100
     body_size: int = 1024
     samples: int = 60
@@ -168,6 +169,8 @@ def run(config: JetStreamConfig) -> dict[str, Any]:
 
                 systems[f"nats_jetstream_r{replicas}"] = (
                     lambda queue=queue: queue.cycle(bodies, **sizes), nats_roles)
+        for cycle, _ in systems.values():  # untimed: the cluster's and the servers' start is over first
+            cycle()
         handles = replica_handles(r3)
         ray.get([h.replication_times.remote(True) for h in handles], timeout=60)
         for _ in range(config.rounds):
