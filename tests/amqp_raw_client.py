@@ -45,10 +45,17 @@ class RawAmqpClient:
     # ------------------------------------------------------------------ bytes
 
     def flush(self) -> None:
-        """Write everything the engine has to send."""
+        """Write everything the engine has to send, waiting up to `WAIT_S` for a busy server to read
+        it (the socket's short read step would otherwise fail a write it merely has to wait for)."""
+        deadline = time.monotonic() + WAIT_S
         while (pending := self.transport.pending()) > 0:
-            self.socket.sendall(bytes(self.transport.peek(pending)))
-            self.transport.pop(pending)
+            try:
+                sent = self.socket.send(bytes(self.transport.peek(pending)))
+            except socket.timeout:
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"the server read nothing for {WAIT_S} s") from None
+                continue
+            self.transport.pop(sent)
 
     def pump(self, until: Callable[[], bool] = lambda: False, timeout: float = WAIT_S) -> bool:
         """Exchange bytes with the server until `until()` holds or the server closes the socket
