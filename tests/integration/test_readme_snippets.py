@@ -1,7 +1,7 @@
 """The Python snippets of README and of the documentation site's pages (`docs/`): each has a namespace
 of its own and removes it at its end, so each runs again, and after any other; the main ones run
-one after another in a process of their own (as one script of a user's would; twice each with
---long), the guides' other ones after them, once each. A program using the library as the
+one after another in a process of their own (as one script of a user's would); with --long, twice
+each, and the guides' other ones after them, once each. A program using the library as the
 snippets do sees none of Ray's own notices."""
 from __future__ import annotations
 
@@ -23,8 +23,9 @@ RAY_NOTICES = ("(raylet)", "Token authentication", "WARNING")
 MAIN_SNIPPETS = ("shop", "shop-async", "topics", "clock-demo")
 """The namespaces the main snippets start, in the order they run."""
 GUIDE_SNIPPETS = ("transactions", "forwarding", "locks", "operator-demo")
-"""The namespaces of the guides' other snippets that run on a local Ray alone (the Spark one needs a
-Spark session, and the Azure SDK one a fixed port: their guides' own tests cover them)."""
+"""The namespaces of the guides' other snippets that run on a local Ray alone, run with --long (each
+namespace's start is 17 actor processes; the features they show have tests of their own; the Spark
+one needs a Spark session, and the Azure SDK one a fixed port: their guides' own tests cover them)."""
 RUN_SNIPPETS = """
 import sys
 for runs, path in zip(sys.argv[1::2], sys.argv[2::2]):
@@ -73,9 +74,10 @@ def test_snippets_without_a_namespace_of_their_own_start_none() -> None:
 
 @pytest.mark.ray
 def test_the_snippets_run_in_a_process_of_their_own_without_ray_notices(tmp_path: Path, long_run: bool) -> None:
-    """The main snippets, then the guides' other ones, one after another in one process (the main
-    ones twice each with --long: a snippet runs again after itself)."""
-    runs = {name: 2 if long_run else 1 for name in MAIN_SNIPPETS} | {name: 1 for name in GUIDE_SNIPPETS}
+    """The main snippets one after another in one process; with --long, twice each (a snippet runs
+    again after itself), then the guides' other ones."""
+    runs = {name: 2 if long_run else 1 for name in MAIN_SNIPPETS} | \
+        ({name: 1 for name in GUIDE_SNIPPETS} if long_run else {})
     scripts = {name: tmp_path / f"{name}.py" for name in runs}
     for name, script in scripts.items():
         script.write_text(snippet_starting(name), encoding="utf-8")
