@@ -57,6 +57,15 @@ class RawAmqpClient:
                 continue
             self.transport.pop(sent)
 
+    def flush_part(self, size: int) -> None:
+        """Write only the first `size` bytes the engine has to send (a frame cut short), waiting as
+        `flush` does."""
+        self.socket.settimeout(WAIT_S)
+        try:
+            self.socket.sendall(bytes(self.transport.peek(size)))
+        finally:
+            self.socket.settimeout(STEP_S)
+
     def pump(self, until: Callable[[], bool] = lambda: False, timeout: float = WAIT_S) -> bool:
         """Exchange bytes with the server until `until()` holds or the server closes the socket
         (False), for at most `timeout` seconds (AssertionError after that)."""
