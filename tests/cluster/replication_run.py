@@ -194,7 +194,7 @@ def lose_a_disk(cluster: Cluster, node: Any, ns: rb.Namespace, root: Path, out: 
     cluster.wait_for_nodes()
     began = time.monotonic()
     out["disk_back_in_sync_s"] = None
-    while time.monotonic() - began < 90:
+    while time.monotonic() - began < 180:
         if all(wait_for_repair("rep", k, give_up_s=0.5) is not None for k in range(PARTITIONS)):
             out["disk_back_in_sync_s"] = round(time.monotonic() - began, 2)
             break

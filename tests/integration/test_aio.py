@@ -158,7 +158,7 @@ async def test_peek_scheduling_and_cancelling(ans: rba.Namespace, queue_name: st
             await sender.send_messages([rb.Message(f"{i}-{j}") for j in range(3)])
         later = await sender.schedule_messages([rb.Message("later") for _ in range(2)],
                                                datetime.now(timezone.utc) + timedelta(hours=1))
-        await sender.schedule_messages(rb.Message("soon"), datetime.now(timezone.utc) + timedelta(seconds=1))
+        await sender.schedule_messages(rb.Message("soon"), datetime.now(timezone.utc) + timedelta(seconds=8))
         assert (await ans.get_queue_runtime_properties(queue_name)).scheduled_message_count == 3
         await sender.cancel_scheduled_messages(later)
         with pytest.raises(rb.errors.MessageNotFoundError):
