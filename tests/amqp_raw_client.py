@@ -45,26 +45,26 @@ class RawAmqpClient:
     # ------------------------------------------------------------------ bytes
 
     def flush(self) -> None:
-        """Write everything the engine has to send, waiting up to `WAIT_S` for a busy server to read
-        it (the socket's short read step would otherwise fail a write it merely has to wait for)."""
-        deadline = time.monotonic() + WAIT_S
+        """Write everything the engine has to send."""
         while (pending := self.transport.pending()) > 0:
+            self._write(bytes(self.transport.peek(pending)))
+            self.transport.pop(pending)
+
+    def flush_part(self, size: int) -> None:
+        """Write only the first `size` bytes the engine has to send (a frame cut short)."""
+        self._write(bytes(self.transport.peek(size)))
+
+    def _write(self, data: bytes) -> None:
+        """Write `data`, waiting up to `WAIT_S` in all for a busy server to read it (the socket's short
+        read step would otherwise fail a write it merely has to wait for)."""
+        deadline = time.monotonic() + WAIT_S
+        view = memoryview(data)
+        while view:
             try:
-                sent = self.socket.send(bytes(self.transport.peek(pending)))
+                view = view[self.socket.send(view):]
             except socket.timeout:
                 if time.monotonic() > deadline:
                     raise AssertionError(f"the server read nothing for {WAIT_S} s") from None
-                continue
-            self.transport.pop(sent)
-
-    def flush_part(self, size: int) -> None:
-        """Write only the first `size` bytes the engine has to send (a frame cut short), waiting as
-        `flush` does."""
-        self.socket.settimeout(WAIT_S)
-        try:
-            self.socket.sendall(bytes(self.transport.peek(size)))
-        finally:
-            self.socket.settimeout(STEP_S)
 
     def pump(self, until: Callable[[], bool] = lambda: False, timeout: float = WAIT_S) -> bool:
         """Exchange bytes with the server until `until()` holds or the server closes the socket
