@@ -190,9 +190,12 @@ def _abandon(receiver: Any, messages: Iterable[Any]) -> None:
     """Abandon `messages` (one delivery counted each) and wait until the broker has them; a message
     whose lock lapsed is back on the entity already, and is left as it is."""
     for message in messages:
-        receiver.abandon_message(message)
+        try:
+            receiver.abandon_message(message)  # refused at once when the lock is known to have lapsed
+        except MessageLockLostError:
+            pass
     try:
-        receiver.flush()
+        receiver.flush()  # a lock that lapsed while the abandon was on its way
     except MessageLockLostError:
         pass
 
