@@ -5,12 +5,12 @@ import sys
 import uuid
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated, Any, Iterable, Iterator, Optional
+from typing import Annotated, Any, Iterator, Optional
 
 import typer
 
 from ..clock import MAX_DURATION_SECONDS
-from ..errors import InvalidArgumentError, InvalidOperationError, MessageLockLostError, MessageSizeExceededError
+from ..errors import InvalidArgumentError, InvalidOperationError, MessageSizeExceededError
 from . import output
 from .options import (
     DEFAULT_NAMESPACE,
@@ -148,6 +148,8 @@ def receive(
     """Receive up to --count messages (peek-lock), print each once, and complete them (or abandon them)."""
     import ray_broker as rb
 
+    from ..client.receiver import abandon_held
+
     ns = attach(namespace, address)
     target, properties = receivable(ns, entity, "receive")
     session = _session(target, properties, dead_letter, session_id, "receive")
@@ -174,7 +176,7 @@ def receive(
                 shown.extend(fresh)
         finally:
             if not complete:
-                _abandon(receiver, held.values())
+                abandon_held(receiver, held.values())
     if not as_json and shown:
         output.table(output.MESSAGE_HEADERS, [output.message_row(m) for m in shown])
     where = f"{target}" + (" (dead-letter)" if dead_letter else "")
@@ -184,20 +186,6 @@ def receive(
 def _identity(message: Any) -> tuple[int, int]:
     """What tells a message apart from every other one of its entity, however often it is received."""
     return message.partition_index, message.sequence_number
-
-
-def _abandon(receiver: Any, messages: Iterable[Any]) -> None:
-    """Abandon `messages` (one delivery counted each) and wait until the broker has them; a message
-    whose lock lapsed is back on the entity already, and is left as it is."""
-    for message in messages:
-        try:
-            receiver.abandon_message(message)  # refused at once when the lock is known to have lapsed
-        except MessageLockLostError:
-            pass
-    try:
-        receiver.flush()  # a lock that lapsed while the abandon was on its way
-    except MessageLockLostError:
-        pass
 
 
 def _session(target: Entity, properties: Any, dead_letter: bool, session_id: str | None, command: str) -> str | None:

@@ -20,7 +20,6 @@ from ..entities import (
     TopicRuntimeProperties,
     check_entity_name,
 )
-from ..errors import MessageLockLostError
 from ..filters import RuleProperties, TrueFilter
 from ..keys.sas import SasKey
 from ..message import ReceivedMessage
@@ -31,7 +30,7 @@ from .direct import open_link
 from .flow import Flow, run
 from .handle import NamespaceBase
 from .lifecycle import connect_namespace, ensure_ray, start_namespace, stop_namespace
-from .receiver import Receiver
+from .receiver import Receiver, abandon_held
 from .sender import Sender
 from .transaction import Transaction
 
@@ -399,15 +398,7 @@ class Namespace(NamespaceBase[Sender, Receiver, Transaction]):
                         receiver.complete_message(message)
                     yield len(moving)
         finally:
-            for message in picking.passed.values():
-                try:
-                    receiver.abandon_message(message)
-                except MessageLockLostError:
-                    pass  # its lock lapsed: it is back in the dead-letter queue already
-            try:
-                receiver.flush()
-            except MessageLockLostError:
-                pass
+            abandon_held(receiver, picking.passed.values())
             receiver.close()
             sender.close()
 

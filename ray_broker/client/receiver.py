@@ -6,9 +6,10 @@ import time
 import weakref
 from datetime import datetime
 from types import TracebackType
-from typing import Any, Iterator, TypeVar
+from typing import Any, Iterable, Iterator, TypeVar
 
 from ..clock import to_datetime
+from ..errors import MessageLockLostError
 from ..message import ReceivedMessage
 from .core import FLUSH_DELAY_S, Flush
 from .flow import Flow, Link, run
@@ -215,3 +216,18 @@ class Receiver(ReceiverBase):
     def _renew_lock(self, renewable: Renewable) -> float:
         """A lock renewer's renewal: never waits behind a receive, leaves buffered settlements alone."""
         return run(self._link, self._renewal(renewable))
+
+
+def abandon_held(receiver: Receiver, messages: Iterable[ReceivedMessage]) -> None:
+    """Abandon `messages` (one delivery counted each) and wait until the broker has them; a message
+    whose lock lapsed, whether the client refuses its abandon at once or the broker does on the
+    flush, is back on its entity already and is left as it is."""
+    for message in messages:
+        try:
+            receiver.abandon_message(message)
+        except MessageLockLostError:
+            pass
+    try:
+        receiver.flush()
+    except MessageLockLostError:
+        pass

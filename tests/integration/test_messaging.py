@@ -8,6 +8,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 import ray_broker as rb
+from ray_broker.client.receiver import abandon_held
 
 from .helpers import drain
 
@@ -193,6 +194,29 @@ def test_lost_lock_raises(namespace: rb.Namespace, queue_name: str) -> None:
         assert again.sequence_number == message.sequence_number and again.delivery_count == 2
         receiver.complete_message(again)
     namespace.delete_queue(queue_name)
+
+
+def test_abandon_held_passes_over_a_lapsed_lock_and_abandons_the_rest(namespace: rb.Namespace,
+                                                                     queue_name: str) -> None:
+    """What `receive --no-complete` and resubmitting do at their end: a held message whose lock lapsed
+    is back on the queue already; the others held are abandoned, one delivery counted."""
+    namespace.create_queue(queue_name, lock_duration=timedelta(seconds=1))
+    with namespace.get_queue_sender(queue_name) as sender:
+        sender.send_messages([rb.Message(b"lapsed"), rb.Message(b"renewed")])
+    with namespace.get_queue_receiver(queue_name) as receiver:
+        held = receiver.receive_messages(2, max_wait_time=5)
+        assert [m.body for m in held] == [b"lapsed", b"renewed"]
+        renewed = held[1]
+        deadline = time.monotonic() + 1.5
+        while time.monotonic() < deadline:  # keep one lock, let the other lapse
+            receiver.renew_message_lock(renewed)
+            time.sleep(0.3)
+        abandon_held(receiver, held)
+        with pytest.raises(rb.errors.MessageAlreadySettled):  # abandoned, though the lapsed one came first
+            receiver.complete_message(renewed)
+        back = {m.body: m.delivery_count for m in drain(receiver, expected=2, wait=5)}
+    namespace.delete_queue(queue_name)
+    assert back == {b"lapsed": 2, b"renewed": 2}
 
 
 def test_scheduled_messages_and_cancel(namespace: rb.Namespace, queue_name: str) -> None:
