@@ -390,6 +390,8 @@ class GatewayActor:
         self.gateway = Gateway(NamespaceConfig(**config), index)
         self.index = index
         self._sweeper: asyncio.Task[None] | None = None
+        self._receiving: dict[str, set[asyncio.Task[Any]]] = {}
+        """Receives under way here, by receiver id (`end_receive` ends them)."""
         self._watcher: asyncio.Task[None] | None = None
 
     def _ensure_sweeper(self) -> None:
@@ -431,7 +433,8 @@ class GatewayActor:
         if operation in DATA_OPERATIONS:
             started = time.monotonic()
             request = decode_router_request([operation, *args])
-            result = await self.gateway.router.run(request)
+            result = await (self._receive(request) if isinstance(request, ReceiveRequest)
+                            else self.gateway.router.run(request))
             if (isinstance(request, ReceiveRequest) and result.messages
                     and time.monotonic() - started > CALLER_CHECK_AFTER_S and await caller_gone_async(caller)):
                 result = await self.gateway.router.receives.receiver_gone(request, result)
@@ -441,6 +444,25 @@ class GatewayActor:
             raise InvalidOperationError(f"the gateway has no operation {operation!r}; expected one of "
                                         f"{', '.join(sorted(DATA_OPERATIONS) + list(self.gateway.operations))}")
         return await admin(*args)
+
+    async def _receive(self, request: ReceiveRequest) -> Any:
+        """Run a receive as a task `end_receive` can end."""
+        task = asyncio.ensure_future(self.gateway.router.run(request))
+        running = self._receiving.setdefault(request.receiver_id, set())
+        running.add(task)
+        try:
+            return await task
+        finally:
+            running.discard(task)
+            if not running:
+                self._receiving.pop(request.receiver_id, None)
+
+    async def end_receive(self, receiver_id: str) -> None:
+        """End the receives of `receiver_id` under way here (their caller stopped waiting): each
+        ends with no messages, releasing what it had locked, no delivery counted. One that has
+        already answered is left to its caller (`client.link.GatewayLink` releases what it got)."""
+        for task in self._receiving.get(receiver_id, ()):
+            task.cancel()
 
     async def pid(self) -> int:
         """The process id (for operators and failure tests)."""

@@ -19,7 +19,7 @@ from . import planner
 from .definitions import Definitions
 from .reaching import ATTEMPT_TIMEOUT_S, PartitionReach
 from .receive_state import RECEIVER_IDLE_S, Hints, ReceiverState, Watch, brought, releases
-from .rounds import RELEASING, ReceiveRounds, fewest
+from .rounds import RELEASING, ReceiveRounds, RoundCall, fewest
 from .waiting import WATCH_TIMEOUT_S, PartitionWaits
 
 GATHER_WINDOW_S = 0.003
@@ -49,6 +49,19 @@ class ReceiveRound:
         for i, result in zip(self.rest, later.settled):
             settled[i] = result
         return ReceiveReply(self.reply.messages + later.messages, settled)
+
+
+@dataclass
+class InFlightRound:
+    """A receive round's partition calls under way: what they ask, and their outcomes to come."""
+
+    calls: list[RoundCall]
+    outcomes: asyncio.Future[list[list[Any] | BaseException]]
+
+    def locked(self, outcomes: Sequence[list[Any] | BaseException]) -> list[tuple[int, dict[str, Any]]]:
+        """The `(partition, record)` pairs the round's receives took."""
+        return [(call.partition, record) for call, outcome in zip(self.calls, outcomes)
+                if call.receives and not isinstance(outcome, BaseException) for record in outcome[-1].messages]
 
 
 class ReceiveCoordinator:
@@ -104,6 +117,7 @@ class ReceiveCoordinator:
         job = ReceiveRounds(state, hints, entity, subq, mode, session, max_count, prefetch, settlements,
                             self.settlement_groups(definition, session, settlements), time.time())
         background: list[asyncio.Future[None]] = []
+        in_flight: InFlightRound | None = None
         probed = False
         state.busy += 1
         try:
@@ -129,22 +143,27 @@ class ReceiveCoordinator:
                             break
                     continue
                 calls = job.calls(chosen, settle_others=False)
-                outcomes = await reach.call_each([(c.partition, c.calls) for c in calls])
+                in_flight = InFlightRound(calls, asyncio.ensure_future(
+                    reach.call_each([(c.partition, c.calls) for c in calls])))
+                outcomes = await asyncio.shield(in_flight.outcomes)
+                in_flight = None
                 if not job.apply(calls, outcomes):
                     hints.update(dict.fromkeys(chosen, 0))
+            if state.closed and self._returnable(job.out, mode, session):
+                self._in_background(self._give_back(receiver_id, state.entity, subq, job.out, {}))
+                job.out = []
+            background.extend(self._settle_groups(definition, subq, session, settlements, job.pending, job.settled,
+                                                  keep=None))
+            await asyncio.gather(*background)
         except asyncio.CancelledError:
             watches, cached = state.detach()
+            returns = self._gives_back(mode, session)
             self._in_background(self._give_back(receiver_id, state.entity, subq,
-                                                self._returnable(job.out, mode, session) + cached, watches))
+                                                self._returnable(job.out, mode, session) + cached, watches,
+                                                in_flight if returns else None))
             raise
         finally:
             state.busy -= 1
-        if state.closed and self._returnable(job.out, mode, session):
-            self._in_background(self._give_back(receiver_id, state.entity, subq, job.out, {}))
-            job.out = []
-        background.extend(self._settle_groups(definition, subq, session, settlements, job.pending, job.settled,
-                                              keep=None))
-        await asyncio.gather(*background)
         state.last_used = reach.clock()
         return job.reply()
 
@@ -182,7 +201,13 @@ class ReceiveCoordinator:
         """The messages of a receive that never reached its caller that go back to the entity: locked
         ones (receive-and-delete removed its messages), and not a session's (a session receiver's
         next receive hands those out again, in order)."""
-        return out if mode == PEEK_LOCK and session is None else []
+        return out if ReceiveCoordinator._gives_back(mode, session) else []
+
+    @staticmethod
+    def _gives_back(mode: str, session: HeldSession | None) -> bool:
+        """Whether what a receive took and never handed out goes back to the entity (locked
+        messages, not a session's)."""
+        return mode == PEEK_LOCK and session is None
 
     def receive_hosts(self, definition: dict[str, Any], session: HeldSession | None,
                       partitions: Sequence[int] | None = None) -> list[int]:
@@ -311,11 +336,14 @@ class ReceiveCoordinator:
         return reply._replace(messages=[])
 
     async def _give_back(self, receiver_id: str, entity: str, subq: int, held: list[tuple[int, dict[str, Any]]],
-                         watches: dict[int, Watch]) -> int:
+                         watches: dict[int, Watch], in_flight: InFlightRound | None = None) -> int:
         """End the waiting receives `watches` of a receiver, then release, without counting a
-        delivery, the messages `held` for it and those the waits brought; returns how many were
-        released. A wait that does not end within `ATTEMPT_TIMEOUT_S` releases what it brings
+        delivery, the messages `held` for it, those the waits brought and those a round of
+        partition calls still `in_flight` when its receive was cancelled locks; returns how many
+        were released. A wait that does not end within `ATTEMPT_TIMEOUT_S` releases what it brings
         when it ends."""
+        if in_flight is not None:
+            held = held + in_flight.locked(await in_flight.outcomes)
         if watches:
             await self._reach.end_waits(list(watches), receiver_id)
             done, late = await asyncio.wait(list(watches.values()), timeout=ATTEMPT_TIMEOUT_S)

@@ -19,17 +19,10 @@ from .ray_channel import GONE_FOR_GOOD
 
 WAITING_OPERATIONS = frozenset({"receive"})
 """Gateway operations that may wait long on the caller's behalf. They carry the caller's token (the
-gateway hands nothing to a caller that died meanwhile) and are cancelled at the gateway when the
-caller stops waiting (interrupted or cancelled): a receive given up on ends its waits and gives
-back what it locked, uncounted. Other operations run to their end (a management change left half
-done would be worse)."""
-
-
-def abandon(operation: str, ref: Any) -> None:
-    """The caller stopped waiting for gateway call `ref` of `operation`: cancel it if it is one of
-    `WAITING_OPERATIONS`."""
-    if operation in WAITING_OPERATIONS:
-        ray.cancel(ref, recursive=False)  # the gateway's own partition calls are ended by the receive
+gateway hands nothing to a caller that died meanwhile), and a client that stops waiting for one
+(interrupted or cancelled) ends it at the gateway (`client.link.GatewayLink`): a receive given up
+on ends its waits and gives back what it locked, uncounted. Other operations run to their end (a
+management change left half done would be worse)."""
 
 
 def failure_of(exc: BaseException) -> tuple[Failure, BaseException]:
@@ -93,7 +86,7 @@ class GatewayCaller:
             except Exception as exc:  # noqa: BLE001 - read by failure_of, decided by GatewayRetry
                 delay = self._failed(retry, exc, ref)
             except BaseException:
-                abandon(operation, ref)
+                self._abandoned(operation, args, ref)
                 raise
             time.sleep(delay)
 
@@ -107,9 +100,13 @@ class GatewayCaller:
             except Exception as exc:  # noqa: BLE001 - read by failure_of, decided by GatewayRetry
                 delay = self._failed(retry, exc, ref)
             except BaseException:
-                abandon(operation, ref)
+                self._abandoned(operation, args, ref)
                 raise
             await asyncio.sleep(delay)
+
+    def _abandoned(self, operation: str, args: tuple[Any, ...], ref: Any) -> None:
+        """The caller stopped waiting for call `ref` of `operation` (interrupted or cancelled):
+        the call runs to its end (`WAITING_OPERATIONS` are ended by the client's link)."""
 
     def _retry(self, operation: str, timeout: float) -> GatewayRetry:
         return GatewayRetry(self.config.name, operation, index=self.index,

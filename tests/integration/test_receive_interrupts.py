@@ -1,5 +1,5 @@
-"""A waiting receive given up on takes no message: an asyncio receive cancelled (straight to the
-partitions and through the gateway) and `ray-broker receive --wait 60` interrupted with Ctrl-C
+"""A receive given up on takes no message: an asyncio receive cancelled while it waits, or while its
+partition calls run (straight to the partitions and through the gateway), and `ray-broker receive --wait 60` interrupted with Ctrl-C
 (which ends the command at once with status 130, abandoning what it held). And an error leaving `asyncio.run` around the
 async client is shown at once, the process ending with Ray stopped cleanly."""
 from __future__ import annotations
@@ -70,6 +70,36 @@ async def test_a_cancelled_async_receive_takes_no_message(namespace: rb.Namespac
     counts = await asyncio.to_thread(received_at_once, namespace, queue_name)
     assert counts == [1], "the message went to the cancelled receive" if not counts else counts
     await ans.close()
+
+
+@pytest.mark.parametrize("relay", [False, True], ids=["direct", "relay"])
+async def test_receives_cancelled_while_their_partition_calls_run_take_no_message(namespace: rb.Namespace,
+                                                                                   queue_name: str, relay: bool) -> None:
+    namespace.create_queue(queue_name, enable_partitioning=True)
+    with namespace.get_queue_sender(queue_name) as sender:
+        sender.send_messages([rb.Message(f"m{i}") for i in range(200)])
+    ans = rba.Namespace(namespace.config, relay=relay)
+    handed_out = 0
+    for i in range(40):   # cancelled 0 to 20 ms in: before, while and after the partitions answer
+        async with ans.get_queue_receiver(queue_name) as receiver:
+            receiving = asyncio.ensure_future(receiver.receive_messages(5, max_wait_time=5))
+            await asyncio.sleep(i * 0.0005)
+            receiving.cancel()
+            try:
+                for message in await receiving:
+                    await receiver.complete_message(message)
+                    handed_out += 1
+            except asyncio.CancelledError:
+                pass
+    delivery_counts = []
+    async with ans.get_queue_receiver(queue_name) as receiver:   # released ones are back at once (60 s locks)
+        while batch := await receiver.receive_messages(50, max_wait_time=3):
+            for message in batch:
+                delivery_counts.append(message.delivery_count)
+                await receiver.complete_message(message)
+    await ans.close()
+    assert handed_out + len(delivery_counts) == 200, "messages locked by a cancelled receive were not released"
+    assert set(delivery_counts) == {1}, "a cancelled receive counted a delivery"
 
 
 def test_ctrl_c_ends_a_waiting_cli_receive_at_once_and_it_takes_no_message(namespace: rb.Namespace,
