@@ -67,10 +67,13 @@ class GatewayLink(GatewayCaller):
         if reply.cancelled() or reply.exception() is not None:
             return
         messages = decode_router_reply(request, reply.result()).messages
-        if messages:
-            settle = SettleRequest(request.entity, request.subq, None, [release_op(r) for r in messages],
-                                   RELEASE_TIMEOUT_S)
+        if not messages:
+            return
+        settle = SettleRequest(request.entity, request.subq, None, [release_op(r) for r in messages], RELEASE_TIMEOUT_S)
+        try:
             self.handle().call.remote(*encode_router_request(settle))
+        except Exception:  # noqa: BLE001 - Ray already shut down (the process is ending): the locks lapse instead
+            return
 
     def _submit(self, operation: str, args: tuple[Any, ...]) -> Any:
         """Send one call to the gateway; a waiting one carries this process's `caller_token`."""

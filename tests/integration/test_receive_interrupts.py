@@ -1,6 +1,7 @@
 """A receive given up on takes no message: an asyncio receive cancelled while it waits, or while its
-partition calls run (straight to the partitions and through the gateway), and `ray-broker receive --wait 60` interrupted with Ctrl-C
-(which ends the command at once with status 130, abandoning what it held). And an error leaving `asyncio.run` around the
+partition calls run (straight to the partitions and through the gateway), and `ray-broker receive
+--wait 60` interrupted with Ctrl-C (which ends the command at once with status 130, abandoning what
+it held). And an error leaving `asyncio.run` around the
 async client is shown at once, the process ending with Ray stopped cleanly."""
 from __future__ import annotations
 
@@ -73,8 +74,8 @@ async def test_a_cancelled_async_receive_takes_no_message(namespace: rb.Namespac
 
 
 @pytest.mark.parametrize("relay", [False, True], ids=["direct", "relay"])
-async def test_receives_cancelled_while_their_partition_calls_run_take_no_message(namespace: rb.Namespace,
-                                                                                   queue_name: str, relay: bool) -> None:
+async def test_receives_cancelled_while_their_partition_calls_run_take_no_message(
+        namespace: rb.Namespace, queue_name: str, relay: bool) -> None:
     namespace.create_queue(queue_name, enable_partitioning=True)
     with namespace.get_queue_sender(queue_name) as sender:
         sender.send_messages([rb.Message(f"m{i}") for i in range(200)])
