@@ -23,7 +23,17 @@ import logging
 from typing import Any, Callable
 
 from ray_broker.config import NamespaceConfig, displaced
-from ray_broker.engine.election import Keep, Lead, NoQuorum, choose, choose_in_sync, known_epoch, sitting_leader
+from ray_broker.engine.election import (
+    ANSWER_S,
+    Keep,
+    Lead,
+    NoQuorum,
+    choose,
+    choose_in_sync,
+    known_epoch,
+    patience_after,
+    sitting_leader,
+)
 from ray_broker.engine.in_sync import InSync, accepts_drop
 from ray_broker.replies import ReplicaState, RoutingTable
 from ray_broker.routing.channel import PartitionUnavailable
@@ -34,8 +44,6 @@ from .handles import alive_nodes, partition_actor
 
 logger = logging.getLogger("ray_broker.leadership")
 
-STATE_TIMEOUT_S = 1.5
-"""How long an election waits for each replica's answer."""
 LEAD_TIMEOUT_S = 15.0
 """How long an election waits for the chosen replica to take the lead."""
 CHECK_INTERVAL_S = 0.5
@@ -68,6 +76,10 @@ class ReplicaSets:
         """With an in-sync set, each partition's as recorded here (None: not known)."""
         self._fencing = [0] * config.partition_count
         """The epoch each partition's last election fenced its replicas at."""
+        self._patience = [ANSWER_S] * config.partition_count
+        """How long each partition's next election waits for a replica's answer (`patience_after`)."""
+        self._electing: dict[int, asyncio.Task[None]] = {}
+        """The elections `watch` started, by partition, while they run."""
 
     def replica(self, index: int, replica: int) -> Any:
         """Replica `replica` of partition `index` (created from its store if it does not exist)."""
@@ -141,7 +153,8 @@ class ReplicaSets:
     async def watch(self) -> None:
         """Check every leader each `CHECK_INTERVAL_S`, and elect anew for one that is gone, that
         leads no more, or that left `MISSED_CHECKS` in a row unanswered, and for a partition that
-        has no leader; runs as long as the gateway."""
+        has no leader; runs as long as the gateway. An election runs beside the checks
+        (`_elect_aside`), so one waiting on slow replicas holds up no other partition's check."""
         rounds = 0
         while True:
             await asyncio.sleep(CHECK_INTERVAL_S)
@@ -161,10 +174,17 @@ class ReplicaSets:
                     self._handles.pop((k, r), None)
                     self.replica(k, r)
 
+    def _elect_aside(self, index: int, deposing: int | None = None) -> None:
+        """Start an election of partition `index` in the background (`_check` starts none while one runs)."""
+        self._electing[index] = asyncio.ensure_future(self.elect(index, deposing=deposing))
+
     async def _check(self, index: int) -> None:
+        running = self._electing.get(index)
+        if running is not None and not running.done():
+            return
         leader, epoch = self.leaders[index], self.epochs[index]
         if leader is None:
-            await self.elect(index)
+            self._elect_aside(index)
             return
         try:
             handle = self.replica(index, leader)
@@ -184,7 +204,7 @@ class ReplicaSets:
             logger.warning("the leader of partition %d of namespace %r (replica %d, epoch %d) is gone, leads no more "
                            "or does not answer; electing another", index, self.config.name, leader, epoch)
             self._missed[index] = 0
-            await self.elect(index, deposing=leader)
+            self._elect_aside(index, deposing=leader)
 
     async def elect(self, index: int, deposing: int | None = None) -> None:
         """Give partition `index` a leader (see the module's text); `deposing` names a leader found
@@ -200,6 +220,7 @@ class ReplicaSets:
                 known = known_epoch(answers, self.epochs[index])
                 sitting = sitting_leader(answers, known)
                 if isinstance(sitting, Keep):
+                    self._patience[index] = patience_after(self._patience[index], decided=True)
                     self.leaders[index], self.epochs[index] = sitting.replica, sitting.epoch
                     self._learn_in_sync(index, answers[sitting.replica].in_sync)
                     return
@@ -209,9 +230,11 @@ class ReplicaSets:
             fenced = await self._states(index, replicas, known + 1)
             decision = self._choose(index, fenced, known + 1)
             if isinstance(decision, NoQuorum):
-                logger.warning("partition %d of namespace %r has no leader: %d of its %d replicas answer, %d needed%s",
-                               index, self.config.name, decision.answered, self.config.replicas, decision.required,
+                logger.warning("partition %d of namespace %r has no leader: %d of its %d replicas answer within "
+                               "%g s, %d needed%s", index, self.config.name, decision.answered, self.config.replicas,
+                               self._patience[index], decision.required,
                                " of its in-sync set" if self.config.in_sync_set and self.in_sync[index] else "")
+                self._patience[index] = patience_after(self._patience[index], decided=False)
                 self.leaders[index] = None
                 return
             chosen, epoch = decision.chosen, decision.epoch
@@ -229,6 +252,7 @@ class ReplicaSets:
                         self.config.name, epoch)
             self.leaders[index], self.epochs[index] = chosen, epoch
             self.in_sync[index] = decision.in_sync
+            self._patience[index] = patience_after(self._patience[index], decided=True)
 
     def _choose(self, index: int, fenced: dict[int, ReplicaState], epoch: int) -> Lead | NoQuorum:
         """Who leads `epoch` of partition `index`, by the states of the replicas `fenced` at it."""
@@ -266,11 +290,11 @@ class ReplicaSets:
 
     async def _state(self, index: int, replica: int, fence: int | None = None) -> ReplicaState | None:
         """Where replica `replica` of partition `index` stands (fenced at `fence` first, when
-        given); None when it does not answer within `STATE_TIMEOUT_S`."""
+        given); None when it does not answer within the partition's patience (`patience_after`)."""
         try:
             handle = self.replica(index, replica)
             call = handle.replica_state.remote() if fence is None else handle.fence.remote(fence)
-            return ReplicaState.decode(await asyncio.wait_for(call, STATE_TIMEOUT_S))
+            return ReplicaState.decode(await asyncio.wait_for(call, self._patience[index]))
         except Exception:  # noqa: BLE001 - a replica out of reach has no say
             return None
 

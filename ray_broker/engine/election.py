@@ -14,6 +14,10 @@ and acts on what these functions decide:
    which holds every acknowledged change; with none of them answering there is no leader. A gateway
    that does not know the set (it restarted while the leader was gone) falls back to `choose`
    with every replica but `min_in_sync - 1` answering, which meets each possible set.
+4. How long an election waits for each replica's answer (`patience_after`): short at first, so a
+   replica that is gone does not hold a failover up, and longer after each election that found no
+   majority, so that replicas slowed down (a loaded machine, a queue of calls before the fence)
+   still get their say instead of every election timing out alike.
 """
 from __future__ import annotations
 
@@ -22,6 +26,24 @@ from typing import Mapping, Sequence
 
 from ..replies import ReplicaState
 from .in_sync import InSync
+
+
+ANSWER_S = 1.5
+"""How long an election waits for each replica's answer at first."""
+MAX_ANSWER_S = 12.0
+"""The longest an election waits for each replica's answer, after elections that found no majority."""
+
+
+def patience_after(patience: float, decided: bool) -> float:
+    """How long the next election of a partition waits for each replica's answer, the last one having
+    waited `patience`: `ANSWER_S` after one that `decided` (a leader, or one kept), else twice as
+    long, up to `MAX_ANSWER_S`.
+
+    Example:
+        >>> [patience_after(p, False) for p in (1.5, 6.0, 12.0)], patience_after(12.0, True)
+        ([3.0, 12.0, 12.0], 1.5)
+    """
+    return ANSWER_S if decided else min(2 * patience, MAX_ANSWER_S)
 
 
 @dataclass(frozen=True)

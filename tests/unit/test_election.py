@@ -4,12 +4,15 @@ from __future__ import annotations
 import pytest
 
 from ray_broker.engine.election import (
+    ANSWER_S,
+    MAX_ANSWER_S,
     Keep,
     Lead,
     NoQuorum,
     choose,
     known_epoch,
     newest,
+    patience_after,
     sitting_leader,
 )
 from ray_broker.engine.queries import EpochStart
@@ -61,3 +64,12 @@ def test_fewer_fenced_than_a_majority_elects_no_one(answered: int) -> None:
 def test_an_empty_partition_elects_its_lowest_replica() -> None:
     fenced = {r: state(followed=1) for r in range(3)}
     assert choose(fenced, range(3), 2, 1) == Lead(0, (1, 2), 1)
+
+
+def test_elections_that_find_no_majority_wait_longer_for_answers_up_to_a_bound_and_one_that_decides_resets_it() -> None:
+    waits = [ANSWER_S]
+    for _ in range(6):
+        waits.append(patience_after(waits[-1], decided=False))
+    assert waits[:4] == [ANSWER_S, 2 * ANSWER_S, 4 * ANSWER_S, 8 * ANSWER_S]
+    assert waits[-1] == MAX_ANSWER_S and all(a <= b for a, b in zip(waits, waits[1:]))
+    assert patience_after(MAX_ANSWER_S, decided=True) == ANSWER_S
