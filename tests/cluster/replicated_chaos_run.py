@@ -1,9 +1,15 @@
 """The chaos run of `tests.chaos` on replicated partitions, with nodes lost instead of processes:
 a 4-node `ray.cluster_utils.Cluster` (a head and three workers without store labels), a premium
 namespace of 4 partitions with 3 replicas each, and the same senders, receivers, session
-receivers, consumer crashes and ledger. Every `NODE_INTERVAL_S` a random worker is removed and,
-`NODE_ABSENT_S` later, a new one added: the leaders that were on it fail over, its replicas are
-made again on a node holding none of their partition, and they catch up. Run as its own process
+receivers, consumer crashes and ledger. A random worker is removed and, `NODE_ABSENT_S` later, a
+new one added: the leaders that were on it fail over, its replicas are made again on a node holding
+none of their partition, and they catch up. The next worker goes `BETWEEN_LOSSES_S` after every
+partition has a leader again and every replica answers with the changes shipped to it (what
+`ray-broker status` shows), the first `FIRST_LOSS_S` into the run: one node lost at a time, which
+is what replication promises to survive, however long the recovery takes on a loaded machine
+(a second loss before it would leave a partition without a majority, waiting). The senders hold
+the second and the last third of their messages back until the first and the second loss, so that
+each loss meets messages on their way whatever the machine's speed. Run as its own process
 (a test process is already attached to the shared Ray); prints one JSON line of what it observed.
 
     python -m tests.cluster.replicated_chaos_run WORKDIR [MESSAGES]
@@ -13,15 +19,17 @@ from __future__ import annotations
 import json
 import random
 import sys
+import threading
 import time
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import ray
 from ray.cluster_utils import Cluster
 
 import ray_broker as rb
+from ray_broker.cli.status import STATUS_REPLICA_KEYS, survey_replicas
 from tests.chaos.ledger import Ledger
 from tests.moved_in_doubt import MovedInDoubtLog
 from tests.chaos.test_chaos import (
@@ -37,46 +45,75 @@ from tests.cluster.scenario import interruptible
 
 CI_MESSAGES = 4_000
 DEADLINE_S = 900.0
-NODE_INTERVAL_S = 3.0
+FIRST_LOSS_S = 3.0
+BETWEEN_LOSSES_S = 1.0
+LOSSES = 2
+"""Node losses the senders wait for: the last part of their messages goes after the last of them."""
 NODE_ABSENT_S = 1.5
 WORKERS = 3
 SEED = 20_261_125
 
 
 class NodeChaosRun(ChaosRun):
-    """`ChaosRun` whose killer removes and adds nodes."""
+    """`ChaosRun` whose killer removes and adds nodes, and whose senders send the k-th of
+    `LOSSES + 1` parts of their messages once k nodes were lost: every loss happens with messages
+    on their way, however long the recoveries before it took."""
 
     def __init__(self, ns: rb.Namespace, total: int, ledger: Ledger, cluster: Cluster, workers: list[Any]) -> None:
         super().__init__(ns, total, ledger)
         self.cluster = cluster
         self.workers = workers
         self.rng = random.Random(SEED)
-        self.removed: tuple[Any, float] | None = None
-        """The worker removed last and when, until a new one is added."""
-        self.next_loss = time.monotonic() + NODE_INTERVAL_S
+        self.removed: Kill | None = None
+        """The last loss, from the worker's removal until a new one is added."""
+        self.recovering: Kill | None = None
+        """The last loss, from the new worker's start until the namespace recovered."""
+        self.next_loss = time.monotonic() + FIRST_LOSS_S
+        self.losses = threading.Condition(self._lock)
+        """Notified at each loss (`kills` grows)."""
+
+    def plan(self, sender: int) -> Iterator[tuple[list[rb.Message], str | None]]:
+        """`ChaosRun.plan`, the k-th of `LOSSES + 1` parts held back until k nodes were lost."""
+        batches = list(super().plan(sender))
+        for number, batch in enumerate(batches):
+            part = number * (LOSSES + 1) // len(batches)
+            with self.losses:
+                while len(self.kills) < part and not self.stop.is_set():
+                    self.losses.wait(1.0)
+            yield batch
 
     def kill_loop(self) -> None:
         """Nothing: nodes are added only on the main thread (Ray's node start needs it), so the
         chaos runs in `tick`."""
 
     def tick(self) -> None:
-        """Remove a random worker every `NODE_INTERVAL_S`, and add a new one `NODE_ABSENT_S` later."""
+        """Add a new worker `NODE_ABSENT_S` after one was removed; once the namespace recovered,
+        note how long it took; remove a random worker `BETWEEN_LOSSES_S` after that."""
         now = time.monotonic()
-        if self.removed is not None and now - self.removed[1] >= NODE_ABSENT_S:
-            victim, removed_at = self.removed
+        if self.removed is not None and now - self.started - self.removed.at_s >= NODE_ABSENT_S:
             self.workers.append(self.cluster.add_node(num_cpus=1))
-            self.removed = None
-            with self._lock:
-                self.kills.append(Kill(f"node {victim.node_id[:8]}", 0, removed_at - self.started, now - removed_at))
-        elif self.removed is None and now >= self.next_loss:
+            self.recovering, self.removed = self.removed, None
+        elif self.recovering is not None and self._recovered():
+            self.recovering.back_after_s = self.clock() - self.recovering.at_s
+            self.recovering = None
+            self.next_loss = time.monotonic() + BETWEEN_LOSSES_S
+        elif self.removed is None and self.recovering is None and now >= self.next_loss:
             victim = self.workers.pop(self.rng.randrange(len(self.workers)))
             self.cluster.remove_node(victim)
-            self.removed = (victim, time.monotonic())
-            self.next_loss = now + NODE_INTERVAL_S
+            self.removed = Kill(f"node {victim.node_id[:8]}", 0, self.clock(), None)
+            with self.losses:
+                self.kills.append(self.removed)
+                self.losses.notify_all()
+
+    def _recovered(self) -> bool:
+        """Whether every partition has a leader and every replica answers, none waiting for a whole copy."""
+        rows = [dict(zip(STATUS_REPLICA_KEYS, row)) for row in survey_replicas(self.ns).rows()]
+        led = {row["partition"] for row in rows if row["role"] == "leader"}
+        return len(led) == self.ns.partition_count and all(row["behind"] is not None for row in rows)
 
 
 def scenario(root: Path, total: int) -> dict[str, Any]:
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2})
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False})
     workers = [cluster.add_node(num_cpus=1) for _ in range(WORKERS)]
     cluster.wait_for_nodes()
     ray.init(address=cluster.address, namespace="ray_broker", logging_level="ERROR")
@@ -90,7 +127,9 @@ def scenario(root: Path, total: int) -> dict[str, Any]:
             outcome = NodeChaosRun(ns, total, ledger, cluster, workers).run(DEADLINE_S)
         ledger.record_moved_in_doubt(doubts.message_ids)
         return {"finished": outcome.finished, "duration_s": round(outcome.duration_s, 1),
-                "node_losses": len(outcome.kills), "stats": ledger.stats(), "violations": ledger.violations(),
+                "node_losses": len(outcome.kills),
+                "recoveries_s": [None if k.back_after_s is None else round(k.back_after_s, 1) for k in outcome.kills],
+                "stats": ledger.stats(), "violations": ledger.violations(),
                 "failures": outcome.failures, "hung_threads": outcome.hung_threads, "leftovers": outcome.leftovers,
                 "errors": dict(outcome.errors), "error_samples": outcome.error_samples,
                 "outstanding": ledger.outstanding_ids()}

@@ -354,7 +354,7 @@ def restart_a_follower(ns: rb.Namespace, avoid: int, out: dict[str, Any]) -> lis
 
 
 def scenario(root: Path) -> dict[str, Any]:
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
     workers = [cluster.add_node(num_cpus=1) for _ in range(2)]
     labelled = add_labelled(cluster, root)
     cluster.wait_for_nodes()
